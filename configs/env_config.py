@@ -1,0 +1,28 @@
+"""The `env` section of a run config: which environment the actors build."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+ENV_NAMES = ("cartpole", "gymnasium")
+
+
+@dataclass(frozen=True, kw_only=True)
+class EnvConfig:
+    """Which env to build and its size; shared by actors (which build it) and learner (which reads its spec)."""
+
+    name: str = "cartpole"
+    """Env family: 'cartpole' (built-in, numba) or 'gymnasium' (any registered Gymnasium env by gym_id)."""
+    gym_id: str = "CartPole-v1"
+    """Gymnasium env id, used when name is 'gymnasium'."""
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    """Extra keyword arguments passed to the env constructor (gymnasium.make for 'gymnasium')."""
+    num_agents: int = 1
+    """Agents per environment (1 for single-agent envs)."""
+    obs_width: int = 11
+    """Observation window width (gridworld envs)."""
+    obs_height: int = 11
+    """Observation window height (gridworld envs)."""
+    max_steps: int = 500
+    """Episode time limit in steps; reaching it truncates the episode (bootstrapped, not terminal)."""
