@@ -1,0 +1,218 @@
+"""Load, override and validate run configs.
+
+``load_config`` reads ``defaults.yaml``, lays the run's YAML over it, applies ``--set section.key=value``
+overrides and builds a typed ``RunConfig``. Every mistake raises ``ConfigError`` naming the key and
+what is allowed, so a typo never silently falls back to a default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import typing
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import yaml
+
+from configs.schema import CHOICES, SECTIONS, RunConfig
+
+CONFIG_DIR = Path(__file__).resolve().parent
+DEFAULTS_PATH = CONFIG_DIR / "defaults.yaml"
+DEFAULT_RUN_CONFIG = CONFIG_DIR / "cartpole.yaml"
+
+# Inclusive/exclusive numeric bounds per key: (low, low_inclusive, high, high_inclusive); None = unbounded.
+_BOUNDS: dict[str, tuple[float | None, bool, float | None, bool]] = {
+    **{f"trainer.{k}": (1, True, None, False) for k in (
+        "num_workers", "batch_size", "minibatch_size", "bptt_horizon", "update_epochs",
+        "forward_pass_minibatch_target_size", "async_factor", "total_timesteps")},
+    "trainer.gamma": (0.0, False, 1.0, True),
+    "trainer.gae_lambda": (0.0, True, 1.0, True),
+    "trainer.clip_coef": (0.0, False, None, False),
+    "trainer.ent_coef": (0.0, True, None, False),
+    "trainer.vf_coef": (0.0, True, None, False),
+    "trainer.vf_clip_coef": (0.0, False, None, False),
+    "trainer.max_grad_norm": (0.0, False, None, False),
+    "trainer.prio_alpha": (0.0, True, None, False),
+    "trainer.prio_beta0": (0.0, True, 1.0, True),
+    "trainer.vtrace_rho_clip": (0.0, False, None, False),
+    "trainer.vtrace_c_clip": (0.0, False, None, False),
+    "trainer.learning_rate": (0.0, False, None, False),
+    "trainer.min_learning_rate": (0.0, True, None, False),
+    "trainer.adam_eps": (0.0, False, None, False),
+    "trainer.max_policy_lag": (0, True, None, False),
+    "env.num_agents": (1, True, None, False),
+    "env.obs_width": (1, True, None, False),
+    "env.obs_height": (1, True, None, False),
+    "run.checkpoint_interval": (1, True, None, False),
+    "run.keep_checkpoints": (1, True, None, False),
+    "run.torch_threads": (1, True, None, False),
+    "model.hidden_size": (1, True, None, False),
+    "model.num_layers": (1, True, None, False),
+    "network.port": (1, True, 65533, True),
+    "network.heartbeat_interval_s": (0.0, False, None, False),
+    "network.peer_timeout_s": (0.0, False, None, False),
+    "network.rows_per_message": (1, True, None, False),
+    "network.send_queue_messages": (1, True, None, False),
+    "network.max_message_bytes": (1024, True, None, False),
+}
+
+
+class ConfigError(ValueError):
+    """A config value, key or file is wrong; the message says which and what is allowed."""
+
+
+def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> RunConfig:
+    """Defaults, then the file at ``path`` (the embedded CartPole run when None), then ``--set`` overrides."""
+    merged = _read_yaml(DEFAULTS_PATH)
+    run_path = Path(path) if path is not None else DEFAULT_RUN_CONFIG
+    if run_path.resolve() != DEFAULTS_PATH:
+        _merge(merged, _read_yaml(run_path), source=str(run_path))
+    for text in overrides:
+        _merge(merged, parse_override(text), source=f"--set {text}")
+    return config_from_dict(merged)
+
+
+def parse_override(text: str) -> dict[str, dict[str, Any]]:
+    """``section.key=value`` -> nested dict; the value is parsed as YAML (so 3, 0.5, true, null work)."""
+    key, sep, raw = text.partition("=")
+    section, dot, name = key.strip().partition(".")
+    if not sep or not dot or not section or not name:
+        raise ConfigError(f"--set {text!r}: expected section.key=value, e.g. --set trainer.batch_size=8192")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"--set {text!r}: value {raw!r} is not valid YAML ({err})") from err
+    return {section: {name: value}}
+
+
+def config_from_dict(data: Mapping[str, Any], *, source: str = "config") -> RunConfig:
+    """Validate a nested mapping (as in YAML) into a RunConfig."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{source}: expected a mapping of sections, got {type(data).__name__}")
+    sections: dict[str, Any] = {}
+    for section_name, values in data.items():
+        cls = _section_class(section_name, source)
+        if values is None:
+            values = {}
+        if not isinstance(values, Mapping):
+            raise ConfigError(f"{source}: section '{section_name}' must be a mapping of keys, got {values!r}")
+        sections[section_name] = _build_section(section_name, cls, values)
+    return RunConfig(**sections)
+
+
+def config_to_dict(config: RunConfig) -> dict[str, Any]:
+    """The plain nested dict (YAML / msgpack friendly) of a RunConfig."""
+    return dataclasses.asdict(config)
+
+
+def replace_value(config: RunConfig, section: str, key: str, value: Any) -> RunConfig:
+    """A copy of ``config`` with one validated value replaced (e.g. the --n of an actor host)."""
+    data = config_to_dict(config)
+    _merge(data, {section: {key: value}}, source=f"{section}.{key}")
+    return config_from_dict(data)
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML: {err}") from err
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of sections at the top level, got {type(data).__name__}")
+    return data
+
+
+def _merge(base: dict[str, Any], overlay: Mapping[str, Any], *, source: str) -> None:
+    for section_name, values in overlay.items():
+        cls = _section_class(section_name, source)
+        if values is None:
+            continue
+        if not isinstance(values, Mapping):
+            raise ConfigError(f"{source}: section '{section_name}' must be a mapping of keys, got {values!r}")
+        allowed = {f.name for f in dataclasses.fields(cls)}
+        for key in values:
+            if key not in allowed:
+                raise ConfigError(_unknown(f"{section_name}.{key}", key, allowed, source))
+        base.setdefault(section_name, {})
+        base[section_name] = {**(base[section_name] or {}), **values}
+
+
+def _section_class(name: Any, source: str) -> type:
+    if name not in SECTIONS:
+        raise ConfigError(_unknown(str(name), str(name), set(SECTIONS), source, what="section"))
+    return SECTIONS[name]
+
+
+def _unknown(dotted: str, key: str, allowed: set[str], source: str, *, what: str = "key") -> str:
+    hint = difflib.get_close_matches(key, sorted(allowed), n=1)
+    suggestion = f" (did you mean '{hint[0]}'?)" if hint else ""
+    return f"{source}: unknown {what} '{dotted}'{suggestion}; allowed: {', '.join(sorted(allowed))}"
+
+
+def _build_section(section_name: str, cls: type, values: Mapping[str, Any]) -> Any:
+    hints = typing.get_type_hints(cls)
+    allowed = {f.name for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, value in values.items():
+        if key not in allowed:
+            raise ConfigError(_unknown(f"{section_name}.{key}", key, allowed, "config"))
+        dotted = f"{section_name}.{key}"
+        kwargs[key] = _check_value(dotted, hints[key], value)
+    return cls(**kwargs)
+
+
+def _check_value(dotted: str, hint: Any, value: Any) -> Any:
+    optional = type(None) in typing.get_args(hint)
+    base = next((a for a in typing.get_args(hint) if a is not type(None)), hint) if optional else hint
+    if value is None:
+        if optional:
+            return None
+        raise ConfigError(f"{dotted}: a value is required ({_describe(base)}), got null")
+    origin = typing.get_origin(base) or base
+    if origin is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{dotted}: expected true or false, got {value!r}")
+        return value
+    if origin is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{dotted}: expected an integer, got {value!r}")
+    elif origin is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ConfigError(f"{dotted}: expected a finite number, got {value!r}")
+        value = float(value)
+    elif origin is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{dotted}: expected a string, got {value!r}")
+        choices = CHOICES.get(dotted)
+        if choices is not None and value not in choices:
+            raise ConfigError(f"{dotted}: {value!r} is not allowed; allowed: {', '.join(choices)}")
+        return value
+    elif origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{dotted}: expected a mapping, got {value!r}")
+        return dict(value)
+    _check_bounds(dotted, value)
+    return value
+
+
+def _check_bounds(dotted: str, value: float) -> None:
+    bounds = _BOUNDS.get(dotted)
+    if bounds is None:
+        return
+    low, low_inc, high, high_inc = bounds
+    too_low = low is not None and (value < low or (value == low and not low_inc))
+    too_high = high is not None and (value > high or (value == high and not high_inc))
+    if too_low or too_high:
+        left = "unbounded" if low is None else f"{'>=' if low_inc else '>'} {low}"
+        right = "" if high is None else f" and {'<=' if high_inc else '<'} {high}"
+        raise ConfigError(f"{dotted}: {value!r} is out of range; allowed: {left}{right}")
+
+
+def _describe(hint: Any) -> str:
+    return {int: "an integer", float: "a number", bool: "true or false", str: "a string"}.get(hint, str(hint))

@@ -1,0 +1,123 @@
+"""The batch plan of seeds/000: environment/worker, experience-buffer and training-loop arithmetic.
+
+Pure arithmetic on the config (no env is built). Actor hosts size their env workers from it and the
+learner sizes its experience buffer and minibatches from it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from configs.schema import TrainerSection
+
+
+class PlanError(ValueError):
+    """The config violates one of the seed's batch constraints; the message shows the numbers."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class BatchPlan:
+    """Every derived quantity of seeds/000, named as there."""
+
+    num_agents: int
+    """Agents per environment."""
+    num_workers: int
+    """Env worker processes."""
+    target_batch_size: int
+    """Environments per forward pass wanted: forward_pass_minibatch_target_size // num_agents (>= num_workers)."""
+    batch_size_envs: int
+    """Environments per forward pass, rounded down to a multiple of num_workers."""
+    num_envs: int
+    """Environments in total: batch_size_envs * async_factor."""
+    envs_per_worker: int
+    """Environments per worker process."""
+    total_agents: int
+    """Agent slots in total: num_envs * num_agents."""
+    segments: int
+    """Rows in the experience buffer: batch_size // bptt_horizon."""
+    minibatch_segments: int
+    """Rows per minibatch: minibatch_size // bptt_horizon."""
+    num_minibatches: int
+    """Minibatches per epoch: segments // minibatch_segments."""
+    steps_per_env: int
+    """Env steps each environment contributes per batch: batch_size // num_envs."""
+    agent_steps_per_batch: int
+    """batch_size * num_agents."""
+    gradient_updates_per_batch: int
+    """num_minibatches * update_epochs."""
+    experiences_per_gradient: int
+    """agent_steps_per_batch // gradient_updates_per_batch."""
+    total_epochs: int
+    """Updates in the whole run: total_timesteps // batch_size (at least 1)."""
+
+    def as_dict(self) -> dict[str, int]:
+        """The plan as a flat JSON-friendly dict."""
+        return dataclasses.asdict(self)
+
+
+def make_plan(trainer: TrainerSection, *, num_agents: int, num_workers: int | None = None) -> BatchPlan:
+    """Compute the plan; ``num_workers`` overrides trainer.num_workers (an actor host's --n)."""
+    workers = trainer.num_workers if num_workers is None else num_workers
+    target_batch_size = trainer.forward_pass_minibatch_target_size // num_agents
+    if target_batch_size < max(2, workers):
+        target_batch_size = workers
+    batch_size_envs = (target_batch_size // workers) * workers
+    num_envs = batch_size_envs * trainer.async_factor
+    envs_per_worker = num_envs // workers
+    segments = trainer.batch_size // trainer.bptt_horizon
+    minibatch_segments = trainer.minibatch_size // trainer.bptt_horizon
+    total_agents = num_envs * num_agents
+    _check_constraints(trainer, segments=segments, minibatch_segments=minibatch_segments,
+                       total_agents=total_agents, num_envs=num_envs, num_agents=num_agents)
+    num_minibatches = segments // minibatch_segments
+    agent_steps = trainer.batch_size * num_agents
+    gradient_updates = num_minibatches * trainer.update_epochs
+    return BatchPlan(
+        num_agents=num_agents,
+        num_workers=workers,
+        target_batch_size=target_batch_size,
+        batch_size_envs=batch_size_envs,
+        num_envs=num_envs,
+        envs_per_worker=envs_per_worker,
+        total_agents=total_agents,
+        segments=segments,
+        minibatch_segments=minibatch_segments,
+        num_minibatches=num_minibatches,
+        steps_per_env=trainer.batch_size // num_envs,
+        agent_steps_per_batch=agent_steps,
+        gradient_updates_per_batch=gradient_updates,
+        experiences_per_gradient=agent_steps // gradient_updates,
+        total_epochs=max(1, trainer.total_timesteps // trainer.batch_size),
+    )
+
+
+def _check_constraints(trainer: TrainerSection, *, segments: int, minibatch_segments: int,
+                       total_agents: int, num_envs: int, num_agents: int) -> None:
+    if trainer.minibatch_size % trainer.bptt_horizon != 0:
+        raise PlanError(
+            f"trainer.minibatch_size ({trainer.minibatch_size}) must be divisible by trainer.bptt_horizon "
+            f"({trainer.bptt_horizon}): remainder {trainer.minibatch_size % trainer.bptt_horizon}")
+    if minibatch_segments < 1:
+        raise PlanError(f"trainer.minibatch_size ({trainer.minibatch_size}) is smaller than "
+                        f"trainer.bptt_horizon ({trainer.bptt_horizon})")
+    if segments < total_agents:
+        raise PlanError(
+            f"segments ({segments} = batch_size {trainer.batch_size} // bptt_horizon {trainer.bptt_horizon}) "
+            f"must be >= total agents ({total_agents} = {num_envs} envs x {num_agents} agents); "
+            f"raise trainer.batch_size or lower the env count")
+    if segments % minibatch_segments != 0:
+        raise PlanError(
+            f"segments ({segments} = batch_size {trainer.batch_size} // bptt_horizon {trainer.bptt_horizon}) "
+            f"must be divisible by minibatch_segments ({minibatch_segments} = minibatch_size "
+            f"{trainer.minibatch_size} // bptt_horizon {trainer.bptt_horizon}): remainder "
+            f"{segments % minibatch_segments}")
+
+
+def format_plan(plan: BatchPlan) -> str:
+    """The plan as an aligned two-column table."""
+    rows = plan.as_dict()
+    width = max(len(k) for k in rows)
+    lines = [f"{'quantity':<{width}}  value", f"{'-' * width}  {'-' * 12}"]
+    lines += [f"{key:<{width}}  {value:>12,}" for key, value in rows.items()]
+    return "\n".join(lines)

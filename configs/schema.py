@@ -1,0 +1,152 @@
+"""Typed run configuration: one frozen dataclass per YAML section, one docstring line per field.
+
+Field docstrings are the documentation of the YAML keys. ``configs/defaults.yaml`` carries the seed values;
+``configs.loader`` turns YAML plus ``--set`` overrides into a validated ``RunConfig``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from configs.env_config import EnvConfig
+
+DEVICES = ("auto", "cpu", "cuda")
+LR_SCHEDULES = ("cosine", "constant")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSection:
+    """Where the run lives and what it runs on."""
+
+    name: str = "run"
+    """Run name; the default run directory is runs/<name>-<timestamp>."""
+    device: str = "auto"
+    """Learner device: auto (cuda when available), cpu or cuda."""
+    seed: int = 1
+    """Seed for the learner's model init and sampling; actor hosts derive theirs from it."""
+    checkpoint_interval: int = 50
+    """Write a checkpoint every this many updates (and always at the end)."""
+    keep_checkpoints: int = 3
+    """How many most recent checkpoints to keep."""
+    torch_threads: int = 1
+    """torch intra-op threads in the learner and in actor inference (keep small on small machines)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainerSection:
+    """PPO and batch settings; names and default values follow seeds/000."""
+
+    num_workers: int = 16
+    """Env worker processes per actor host (python -m actors --n overrides it on that host)."""
+    batch_size: int = 524288
+    """Transitions per update: segments * bptt_horizon."""
+    minibatch_size: int = 16384
+    """Transitions per gradient step."""
+    bptt_horizon: int = 64
+    """Transitions per row (rows store bptt_horizon + 1 steps; the last is shared with the next row)."""
+    update_epochs: int = 1
+    """Passes over the batch per update."""
+    forward_pass_minibatch_target_size: int = 4096
+    """Target agents per inference forward pass on an actor host."""
+    async_factor: int = 2
+    """Env batches in flight per worker (2 = double buffering)."""
+    total_timesteps: int = 10_000_000_000
+    """Stop after this many env steps."""
+    gamma: float = 0.977
+    """Discount factor."""
+    gae_lambda: float = 0.916
+    """GAE lambda."""
+    clip_coef: float = 0.1
+    """PPO policy ratio clip."""
+    ent_coef: float = 0.0021
+    """Entropy bonus coefficient."""
+    vf_coef: float = 0.44
+    """Value loss coefficient."""
+    vf_clip_coef: float = 0.1
+    """Value clip around the behaviour value (used when clip_vloss)."""
+    clip_vloss: bool = True
+    """Use the clipped value loss."""
+    norm_adv: bool = True
+    """Normalise advantages per minibatch."""
+    max_grad_norm: float = 0.5
+    """Global gradient norm clip."""
+    prio_alpha: float = 0.0
+    """Prioritized row sampling strength (0 = uniform)."""
+    prio_beta0: float = 0.6
+    """Initial importance-sampling exponent."""
+    vtrace_rho_clip: float = 1.0
+    """V-trace rho clip on the TD error."""
+    vtrace_c_clip: float = 1.0
+    """V-trace c clip on the trace."""
+    learning_rate: float = 0.000457
+    """Initial learning rate."""
+    min_learning_rate: float = 0.00003
+    """Final learning rate of the cosine schedule."""
+    lr_schedule: str = "cosine"
+    """Learning-rate schedule: cosine or constant."""
+    adam_eps: float = 1e-8
+    """Adam epsilon."""
+    max_policy_lag: int = 8
+    """Rows whose behaviour policy is more than this many versions old are dropped and counted."""
+    target_episode_return: float | None = None
+    """Stop successfully once the mean return of the last 100 episodes reaches this (null = never)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelSection:
+    """Policy network shape (the same module runs on actors and learner)."""
+
+    hidden_size: int = 64
+    """Width of each hidden layer."""
+    num_layers: int = 2
+    """Hidden layers of the MLP torso."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class NetworkSection:
+    """Sockets, liveness and back-pressure."""
+
+    host: str = "127.0.0.1"
+    """Address the learner binds."""
+    port: int = 5555
+    """Control port (request-reply); data and weights use port + 1 and port + 2."""
+    heartbeat_interval_s: float = 1.0
+    """Seconds between heartbeats in each direction."""
+    peer_timeout_s: float = 10.0
+    """A peer silent for this long is considered gone."""
+    rows_per_message: int = 64
+    """Rows per ROWS message from an actor host."""
+    send_queue_messages: int = 8
+    """ZeroMQ high-water mark (messages) on the data sockets: the bound on in-flight row blocks."""
+    max_message_bytes: int = 1 << 28
+    """Largest message accepted on any socket."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunConfig:
+    """A whole run: every section."""
+
+    run: RunSection = field(default_factory=RunSection)
+    """Run directory, device, seeding, checkpoints."""
+    env: EnvConfig = field(default_factory=EnvConfig)
+    """The environment."""
+    trainer: TrainerSection = field(default_factory=TrainerSection)
+    """PPO and batch settings."""
+    model: ModelSection = field(default_factory=ModelSection)
+    """Policy network."""
+    network: NetworkSection = field(default_factory=NetworkSection)
+    """Sockets and liveness."""
+
+
+SECTIONS: dict[str, type] = {
+    "run": RunSection,
+    "env": EnvConfig,
+    "trainer": TrainerSection,
+    "model": ModelSection,
+    "network": NetworkSection,
+}
+
+CHOICES: dict[str, tuple[str, ...]] = {
+    "run.device": DEVICES,
+    "trainer.lr_schedule": LR_SCHEDULES,
+}
