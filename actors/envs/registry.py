@@ -1,0 +1,68 @@
+"""Build an env (or just read its spec) from the `env` section of a run config."""
+
+from __future__ import annotations
+
+from actors.envs.base import EnvSpec, VecEnv
+from actors.envs.cartpole import CartPoleVec
+from actors.envs.gym_adapter import GymnasiumVecEnv
+from configs.env_config import ENV_NAMES, EnvConfig
+
+
+def _check_name(cfg: EnvConfig) -> None:
+    """ValueError unless ``cfg.name`` is one of ``ENV_NAMES``."""
+    if cfg.name not in ENV_NAMES:
+        allowed = ", ".join(repr(n) for n in ENV_NAMES)
+        raise ValueError(f"unknown env.name {cfg.name!r}; allowed names: {allowed}")
+
+
+def _env_label(cfg: EnvConfig) -> str:
+    """How an env is named in messages: 'cartpole' or 'gymnasium:CartPole-v1'."""
+    return f"gymnasium:{cfg.gym_id}" if cfg.name == "gymnasium" else cfg.name
+
+
+def _check_agents(cfg: EnvConfig, spec: EnvSpec) -> None:
+    """ValueError if the config's agent count disagrees with what the env provides."""
+    if cfg.num_agents != spec.num_agents:
+        plural = "agent" if spec.num_agents == 1 else "agents"
+        raise ValueError(
+            f"env.num_agents={cfg.num_agents} but env '{_env_label(cfg)}' has "
+            f"{spec.num_agents} {plural} per environment"
+        )
+
+
+def _check_cartpole_kwargs(cfg: EnvConfig) -> None:
+    """The built-in cartpole takes no extra constructor arguments."""
+    if cfg.kwargs:
+        raise ValueError(f"env.kwargs is not supported for env 'cartpole' (got keys {sorted(cfg.kwargs)})")
+
+
+def env_spec(cfg: EnvConfig) -> EnvSpec:
+    """The spec of the env ``cfg`` describes (building one throwaway Gymnasium env if needed)."""
+    _check_name(cfg)
+    if cfg.name == "cartpole":
+        _check_cartpole_kwargs(cfg)
+        spec = CartPoleVec.SPEC
+    else:
+        env = GymnasiumVecEnv(cfg.gym_id, 1, max_steps=cfg.max_steps, kwargs=cfg.kwargs)
+        try:
+            spec = env.spec
+        finally:
+            env.close()
+    _check_agents(cfg, spec)
+    return spec
+
+
+def make_vec_env(cfg: EnvConfig, num_envs: int) -> VecEnv:
+    """Build ``num_envs`` environments as ``cfg`` describes; the caller must ``close()`` it."""
+    _check_name(cfg)
+    if cfg.name == "cartpole":
+        _check_cartpole_kwargs(cfg)
+        _check_agents(cfg, CartPoleVec.SPEC)
+        return CartPoleVec(num_envs, max_steps=cfg.max_steps)
+    env = GymnasiumVecEnv(cfg.gym_id, num_envs, max_steps=cfg.max_steps, kwargs=cfg.kwargs)
+    try:
+        _check_agents(cfg, env.spec)
+    except ValueError:
+        env.close()
+        raise
+    return env
