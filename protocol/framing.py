@@ -1,0 +1,313 @@
+"""Encoding and strict decoding of multipart ZeroMQ messages.
+
+Wire layout::
+
+    frame 0   b"sluice/1"                  protocol name and MAJOR version
+    frame 1   msgpack map                  {"type", "sender", "seq", "version",
+                                            "fields", "arrays"}
+    frame 2.. raw C-contiguous buffers     one per entry of header["arrays"]
+
+Array buffers are little-endian. Nothing is ever pickled. :func:`decode`
+validates every byte it uses and raises only :class:`ProtocolError`.
+Unknown top-level header keys are ignored, so that a MINOR revision can add
+keys without breaking older peers.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import msgpack
+import numpy as np
+import zmq
+
+from .messages import Message, MessageType, ProtocolError, check_field_value, validate_fields
+
+__all__ = [
+    "ALLOWED_DTYPES",
+    "Limits",
+    "MAX_NDIM",
+    "PROTOCOL_MAJOR",
+    "PROTOCOL_NAME",
+    "PROTOCOL_TAG",
+    "decode",
+    "encode",
+]
+
+PROTOCOL_NAME = "sluice"
+PROTOCOL_MAJOR = 1
+PROTOCOL_TAG = f"{PROTOCOL_NAME}/{PROTOCOL_MAJOR}".encode("ascii")
+
+#: dtype names accepted on the wire.
+ALLOWED_DTYPES: frozenset[str] = frozenset(
+    {
+        "bool",
+        "int8", "int16", "int32", "int64",
+        "uint8", "uint16", "uint32", "uint64",
+        "float16", "float32", "float64",
+    }
+)
+
+#: Most dimensions an array may have.
+MAX_NDIM = 32
+
+_HEADER_TYPES: dict[str, type] = {
+    "type": str,
+    "sender": str,
+    "seq": int,
+    "version": int,
+    "fields": dict,
+    "arrays": list,
+}
+_ARRAY_KEYS: dict[str, type] = {"name": str, "dtype": str, "shape": list, "nbytes": int}
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Size limits enforced by :func:`decode` (violations give ``"too_large"``)."""
+
+    max_frames: int = 64
+    max_header_bytes: int = 1 << 20
+    max_message_bytes: int = 1 << 30
+
+
+FrameLike = bytes | bytearray | memoryview | zmq.Frame
+
+
+def _wire_dtype(name: str) -> np.dtype:
+    """The little-endian numpy dtype for an allow-listed dtype name."""
+    return np.dtype(name).newbyteorder("<")
+
+
+def _as_bytes_view(array: np.ndarray) -> memoryview:
+    """A flat byte memoryview of ``array``'s C-contiguous data (zero-copy if possible)."""
+    flat = array.reshape(-1)  # a view when ``array`` is C-contiguous
+    return memoryview(flat).cast("B")
+
+
+def encode(msg: Message, limits: Limits | None = None) -> list[bytes | memoryview]:
+    """Encode ``msg`` as ``[frame0, header, *array buffers]``.
+
+    Array buffers are memoryviews sharing memory with C-contiguous,
+    little-endian inputs; other arrays are copied once. Keep the arrays alive
+    and unmodified until ZeroMQ has sent them when using ``copy=False``.
+    Raises :class:`ProtocolError` if the message itself violates the protocol
+    (bad field, dtype, or, when ``limits`` is given, size).
+    """
+    msg_type = MessageType(msg.type)
+    if not isinstance(msg.sender, str):
+        raise ProtocolError("bad_header", f"sender must be str, got {type(msg.sender).__name__}")
+    for key in ("seq", "version"):
+        value = getattr(msg, key)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ProtocolError("bad_header", f"{key} must be int, got {type(value).__name__}")
+        check_field_value(key, value)
+    validate_fields(msg_type, msg.fields)
+
+    specs: list[dict[str, Any]] = []
+    buffers: list[memoryview] = []
+    for name, value in msg.arrays.items():
+        if not isinstance(name, str):
+            raise ProtocolError("bad_array", f"array name {name!r} is not a string")
+        array = np.asarray(value)
+        if array.dtype.name not in ALLOWED_DTYPES:
+            raise ProtocolError(
+                "bad_array", f"array '{name}': dtype {array.dtype} is not allowed on the wire"
+            )
+        wire = _wire_dtype(array.dtype.name)
+        if array.dtype != wire or not array.flags.c_contiguous:
+            array = np.require(array, dtype=wire, requirements="C")
+        buffers.append(_as_bytes_view(array))
+        specs.append(
+            {"name": name, "dtype": array.dtype.name, "shape": list(array.shape), "nbytes": array.nbytes}
+        )
+
+    header = msgpack.packb(
+        {
+            "type": msg_type.value,
+            "sender": msg.sender,
+            "seq": msg.seq,
+            "version": msg.version,
+            "fields": msg.fields,
+            "arrays": specs,
+        },
+        use_bin_type=True,
+    )
+    frames: list[bytes | memoryview] = [PROTOCOL_TAG, header, *buffers]
+    if limits is not None:
+        _check_sizes([len(f) if isinstance(f, bytes) else f.nbytes for f in frames], limits)
+    return frames
+
+
+def _check_sizes(sizes: Sequence[int], limits: Limits) -> None:
+    """Enforce frame count, header size and total size limits."""
+    if len(sizes) > limits.max_frames:
+        raise ProtocolError("too_large", f"message has {len(sizes)} frames, limit is {limits.max_frames}")
+    if len(sizes) > 1 and sizes[1] > limits.max_header_bytes:
+        raise ProtocolError(
+            "too_large", f"header is {sizes[1]} bytes, limit is {limits.max_header_bytes}"
+        )
+    total = sum(sizes)
+    if total > limits.max_message_bytes:
+        raise ProtocolError("too_large", f"message is {total} bytes, limit is {limits.max_message_bytes}")
+
+
+def _to_view(index: int, frame: Any) -> memoryview:
+    """A flat unsigned-byte memoryview of one received frame."""
+    if isinstance(frame, zmq.Frame):
+        frame = frame.buffer
+    try:
+        view = memoryview(frame)
+    except TypeError:
+        raise ProtocolError(
+            "bad_frame", f"frame {index} is a {type(frame).__name__}, not a bytes-like object"
+        ) from None
+    if view.format != "B" or view.ndim != 1:
+        if not view.c_contiguous:
+            raise ProtocolError("bad_frame", f"frame {index} is not a contiguous buffer")
+        view = view.cast("B")
+    return view
+
+
+def _reject_ext(code: int, data: bytes) -> Any:
+    """msgpack ext_hook: extension types are not part of the protocol."""
+    raise ValueError(f"msgpack extension type {code} is not allowed")
+
+
+def _unpack_header(raw: memoryview, limits: Limits) -> dict[str, Any]:
+    """Decode frame 1 with strict limits and check the top-level key types."""
+    cap = min(len(raw), limits.max_header_bytes)
+    try:
+        header = msgpack.unpackb(
+            raw,
+            raw=False,
+            strict_map_key=True,
+            use_list=True,
+            ext_hook=_reject_ext,
+            max_str_len=cap,
+            max_bin_len=cap,
+            max_array_len=cap,
+            max_map_len=cap,
+            max_ext_len=0,
+        )
+    except (ValueError, TypeError, OverflowError, msgpack.UnpackException) as exc:
+        raise ProtocolError("bad_header", f"header is not valid msgpack: {exc}") from None
+    if not isinstance(header, dict):
+        raise ProtocolError("bad_header", f"header must be a msgpack map, got {type(header).__name__}")
+    for key, expected in _HEADER_TYPES.items():
+        if key not in header:
+            raise ProtocolError("bad_header", f"header is missing key '{key}'")
+        value = header[key]
+        if isinstance(value, bool) or not isinstance(value, expected):
+            raise ProtocolError(
+                "bad_header", f"header key '{key}' must be {expected.__name__}, got {type(value).__name__}"
+            )
+    return header
+
+
+def _decode_array(index: int, spec: Any, frame: memoryview, seen: set[str]) -> tuple[str, np.ndarray]:
+    """Validate one array descriptor against its frame and return a view."""
+    if not isinstance(spec, dict):
+        raise ProtocolError("bad_array", f"arrays[{index}] must be a map, got {type(spec).__name__}")
+    for key, expected in _ARRAY_KEYS.items():
+        value = spec.get(key)
+        if isinstance(value, bool) or not isinstance(value, expected):
+            raise ProtocolError(
+                "bad_array",
+                f"arrays[{index}] key '{key}' must be {expected.__name__}, got {type(value).__name__}",
+            )
+    name: str = spec["name"]
+    if not name:
+        raise ProtocolError("bad_array", f"arrays[{index}] has an empty name")
+    if name in seen:
+        raise ProtocolError("bad_array", f"array '{name}' appears more than once")
+    seen.add(name)
+    dtype_name: str = spec["dtype"]
+    if dtype_name not in ALLOWED_DTYPES:
+        raise ProtocolError(
+            "bad_array",
+            f"array '{name}': dtype {dtype_name!r:.40} is not allowed (allowed: {', '.join(sorted(ALLOWED_DTYPES))})",
+        )
+    shape_list: list[Any] = spec["shape"]
+    if len(shape_list) > MAX_NDIM:
+        raise ProtocolError("bad_array", f"array '{name}': {len(shape_list)} dimensions, limit is {MAX_NDIM}")
+    for dim in shape_list:
+        if isinstance(dim, bool) or not isinstance(dim, int) or dim < 0:
+            raise ProtocolError(
+                "bad_array", f"array '{name}': shape {shape_list!r:.80} must be non-negative ints"
+            )
+    dtype = _wire_dtype(dtype_name)
+    expected_nbytes = math.prod(shape_list) * dtype.itemsize
+    nbytes: int = spec["nbytes"]
+    if nbytes != expected_nbytes:
+        raise ProtocolError(
+            "bad_array",
+            f"array '{name}': header says {nbytes} bytes, but shape {tuple(shape_list)} of "
+            f"{dtype_name} needs {expected_nbytes}",
+        )
+    if nbytes != len(frame):
+        raise ProtocolError("bad_array", f"array '{name}': header says {nbytes} bytes, frame has {len(frame)}")
+    try:
+        array = np.frombuffer(frame, dtype=dtype).reshape(tuple(shape_list))
+    except (ValueError, OverflowError) as exc:
+        raise ProtocolError("bad_array", f"array '{name}': cannot view as shape {tuple(shape_list)}: {exc}") from None
+    return name, array
+
+
+def decode(frames: Sequence[FrameLike], limits: Limits = Limits()) -> Message:
+    """Decode and fully validate a multipart message.
+
+    ``frames`` may hold ``bytes``, ``memoryview`` or ``zmq.Frame`` objects (as
+    returned by ``recv_multipart(copy=False)``). Arrays in the result are
+    read-only ``np.frombuffer`` views of the frames. Raises
+    :class:`ProtocolError` and nothing else for malformed input.
+    """
+    count = len(frames)
+    if count < 2:
+        raise ProtocolError("bad_frames", f"message has {count} frame(s), need at least 2 (tag and header)")
+    if count > limits.max_frames:
+        raise ProtocolError("too_large", f"message has {count} frames, limit is {limits.max_frames}")
+    views = [_to_view(i, f) for i, f in enumerate(frames)]
+    _check_sizes([len(v) for v in views], limits)
+
+    tag = bytes(views[0][:64])
+    if tag != PROTOCOL_TAG:
+        name, sep, major = tag.partition(b"/")
+        if sep and name == PROTOCOL_NAME.encode("ascii") and len(views[0]) <= 64:
+            raise ProtocolError(
+                "bad_version",
+                f"peer speaks {PROTOCOL_NAME} major version {major.decode('ascii', 'replace')!r}, "
+                f"this side speaks major version {PROTOCOL_MAJOR}",
+            )
+        raise ProtocolError(
+            "bad_protocol", f"frame 0 is {tag[:32]!r}, expected {PROTOCOL_TAG!r}: not a {PROTOCOL_NAME} message"
+        )
+
+    header = _unpack_header(views[1], limits)
+    try:
+        msg_type = MessageType(header["type"])
+    except ValueError:
+        raise ProtocolError("unknown_type", f"unknown message type {header['type']!r:.60}") from None
+    fields: dict[str, Any] = header["fields"]
+    validate_fields(msg_type, fields)
+
+    specs: list[Any] = header["arrays"]
+    if len(specs) != count - 2:
+        raise ProtocolError(
+            "bad_array", f"header lists {len(specs)} array(s) but message has {count - 2} array frame(s)"
+        )
+    arrays: dict[str, np.ndarray] = {}
+    seen: set[str] = set()
+    for i, spec in enumerate(specs):
+        name, array = _decode_array(i, spec, views[i + 2], seen)
+        arrays[name] = array
+    return Message(
+        type=msg_type,
+        sender=header["sender"],
+        seq=header["seq"],
+        version=header["version"],
+        fields=fields,
+        arrays=arrays,
+    )
