@@ -118,6 +118,8 @@ class NetworkSection:
     """Rows per ROWS message from an actor host."""
     send_queue_messages: int = 8
     """ZeroMQ high-water mark (messages) on the data sockets: the bound on in-flight row blocks."""
+    socket_buffer_bytes: int = 262144
+    """Kernel send/receive buffer of the data sockets; bounds what hides in TCP below the high-water mark."""
     max_message_bytes: int = 1 << 28
     """Largest message accepted on any socket."""
 

@@ -1,0 +1,55 @@
+"""`python -m actors`: argument parsing and top-level error handling of an actor host."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+
+from protocol.endpoints import parse_endpoint
+
+DEFAULT_LEARNER = "tcp://127.0.0.1:5555"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The actor host's command line."""
+    parser = argparse.ArgumentParser(prog="python -m actors", description="Sluice actor host: env worker "
+                                     "processes that stream experience to a learner.")
+    parser.add_argument("--n", type=int, default=None,
+                        help="env worker processes on this host (default: the run's trainer.num_workers)")
+    parser.add_argument("--learner", default=DEFAULT_LEARNER,
+                        help=f"learner control address (default {DEFAULT_LEARNER})")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the exit code."""
+    args = build_parser().parse_args(argv)
+    if args.n is not None and args.n < 1:
+        return _fail(f"--n must be at least 1, got {args.n}")
+    try:
+        endpoint = parse_endpoint(args.learner, "--learner")
+    except ValueError as err:
+        return _fail(str(err))
+    if endpoint.scheme == "tcp" and endpoint.host == "*":
+        return _fail("--learner needs the learner's host name or address, not '*'")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    from actors.host import ActorHost  # heavy imports (torch, numba) only when running
+
+    host = ActorHost(endpoint, num_workers=args.n)
+
+    def handler(signum: int, _frame: object) -> None:
+        host.request_stop(f"{signal.Signals(signum).name} received")
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+    try:
+        return host.run()
+    except ValueError as err:
+        return _fail(str(err))
+
+
+def _fail(message: str) -> int:
+    print(f"python -m actors: error: {message}", file=sys.stderr)
+    return 2

@@ -1,0 +1,300 @@
+"""The actor host: registers with the learner, runs N env workers, infers, assembles rows, ships them.
+
+Wired in one place (``ActorHost.run``): LearnerLink (sockets) -> workers (processes over shared memory)
+-> Inference (policy) -> RowAssembler (numba) -> LearnerLink. One poller waits on every worker pipe and
+socket, so the host never busy-waits. Back-pressure: when the learner stops taking rows, the PUSH socket's
+high-water mark fills, full rows pile up in the assembler, and once it cannot accept another batch the
+host stops handing out actions, so the env workers pause.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import multiprocess as mp
+import numpy as np
+import torch
+import zmq
+
+from actors.assembler import RowAssembler
+from actors.envs.registry import env_spec
+from actors.inference import Inference
+from actors.learner_link import LearnerLink, Registration
+from actors.shm import ShmSegment, remove_stale_segments, segment_name
+from actors.worker import QUIT, STATUS_ENV_RESTARTED, WorkerSpec, worker_layout, worker_main
+from configs.loader import config_from_dict
+from configs.plan import make_plan
+from configs.schema import RunConfig
+from protocol import Limits, Message, MessageType
+from protocol.endpoints import Endpoint
+
+LOG = logging.getLogger("sluice.actors")
+JOIN_TIMEOUT_S = 5.0
+FLUSH_AFTER_S = 0.05
+
+
+@dataclass
+class WorkerSlot:
+    """One env worker process and its shared memory, as the host sees it."""
+
+    spec: WorkerSpec
+    segment: ShmSegment
+    views: dict[str, np.ndarray]
+    process: mp.Process | None = None
+    conn: object = None
+    restarts: int = 0
+
+
+@dataclass
+class Pending:
+    """Per-host counters shipped with the next ROWS message."""
+
+    env_steps: int = 0
+    returns: list[float] = field(default_factory=list)
+    lengths: list[int] = field(default_factory=list)
+
+
+class ActorHost:
+    """One host's actors for one learner."""
+
+    def __init__(self, learner: Endpoint, *, num_workers: int | None) -> None:
+        self.learner = learner
+        self.requested_workers = num_workers
+        self.stopping = False
+        self.stop_reason = ""
+
+    def request_stop(self, reason: str) -> None:
+        """Signal handlers call this; the loop finishes its iteration and cleans up."""
+        self.stopping = True
+        self.stop_reason = self.stop_reason or reason
+
+    def run(self) -> int:
+        """Register, run until the learner says stop or a signal arrives; returns the exit code."""
+        for name in remove_stale_segments():
+            LOG.info("removed stale shared memory %s", name)
+        link = LearnerLink(self.learner, num_workers=self.requested_workers or 0, limits=Limits())
+        workers: list[WorkerSlot] = []
+        try:
+            registration = link.register(retry_s=1.0, should_stop=lambda: self.stopping)
+            if registration is None:
+                return 0
+            config = config_from_dict(registration.config)
+            torch.set_num_threads(config.run.torch_threads)
+            workers = self._start(config, registration, link)
+            self._loop(config, registration, link, workers)
+            return 0
+        finally:
+            self._stop_workers(workers)
+            link.close()
+            print(f"actors: stopped ({self.stop_reason or 'done'})", flush=True)
+
+    def _start(self, config: RunConfig, registration: Registration, link: LearnerLink) -> list[WorkerSlot]:
+        trainer = config.trainer
+        n = self.requested_workers or trainer.num_workers
+        self.plan = make_plan(trainer, num_agents=config.env.num_agents, num_workers=n)
+        if self.plan.envs_per_worker % trainer.async_factor:
+            raise ValueError(f"envs_per_worker ({self.plan.envs_per_worker}) must be divisible by "
+                             f"async_factor ({trainer.async_factor})")
+        self.spec = env_spec(config.env)
+        self.groups = trainer.async_factor
+        self.envs_per_group = self.plan.envs_per_worker // self.groups
+        self.slots_per_group = self.envs_per_group * self.spec.num_agents
+        self.slots_per_worker = self.slots_per_group * self.groups
+        total_agents = n * self.slots_per_worker
+        rows_per_message = config.network.rows_per_message
+        self.assembler = RowAssembler(num_agents=total_agents,
+                                      num_rows=2 * total_agents + 2 * rows_per_message,
+                                      horizon=trainer.bptt_horizon + 1, obs_shape=self.spec.obs_shape,
+                                      obs_dtype=self.spec.obs_dtype)
+        self.inference = Inference(self.spec, config.model, seed=config.run.seed + os.getpid())
+        self.inference.load(registration.version, registration.weights)
+        link.open_streams(registration, hwm=config.network.send_queue_messages,
+                          buffer_bytes=config.network.socket_buffer_bytes)
+        self.context = mp.get_context("spawn")
+        layout, size = worker_layout(self.spec, self.slots_per_worker)
+        workers = []
+        for w in range(n):
+            name = segment_name(os.getpid(), f"w{w}")
+            segment = ShmSegment.create(name, size)
+            spec = WorkerSpec(worker_id=w, env=config.env, spec=self.spec, groups=self.groups,
+                              envs_per_group=self.envs_per_group, shm_name=name,
+                              seed=config.run.seed * 7919 + os.getpid() * 31)
+            slot = WorkerSlot(spec=spec, segment=segment, views=segment.views(layout))
+            workers.append(slot)
+            self._spawn(slot)
+        print(f"actors: {n} workers x {self.plan.envs_per_worker} envs ({self.groups} groups) of "
+              f"{config.env.name}, learner {self.learner.url}", flush=True)
+        return workers
+
+    def _spawn(self, slot: WorkerSlot) -> None:
+        parent, child = self.context.Pipe(duplex=True)
+        slot.process = self.context.Process(target=worker_main, args=(slot.spec, child), daemon=True,
+                                            name=f"sluice-env-worker-{slot.spec.worker_id}")
+        slot.process.start()
+        child.close()
+        slot.conn = parent
+
+    def _loop(self, config: RunConfig, registration: Registration, link: LearnerLink,
+              workers: list[WorkerSlot]) -> None:
+        net = config.network
+        ready: deque[tuple[int, int]] = deque()
+        pending = Pending()
+        run_id = registration.run_id
+        last_heartbeat = last_reply = last_flush = time.monotonic()
+        by_fd = {}
+        poller = zmq.Poller()
+        for w, slot in enumerate(workers):
+            by_fd[slot.conn.fileno()] = w
+            poller.register(slot.conn.fileno(), zmq.POLLIN)
+        poller.register(link.control, zmq.POLLIN)
+        poller.register(link.weights, zmq.POLLIN)
+        batch_groups = len(workers)
+        while not self.stopping:
+            events = dict(poller.poll(20))
+            for fd in [fd for fd in events if fd in by_fd]:
+                self._collect(workers, by_fd, fd, ready, poller)
+            now = time.monotonic()
+            if now - last_heartbeat >= net.heartbeat_interval_s:
+                link.send_control(MessageType.HEARTBEAT)
+                last_heartbeat = now
+            while (reply := link.recv_control()) is not None:
+                last_reply = now
+                if reply.type is MessageType.SHUTDOWN:
+                    self.request_stop(f"learner: {reply.fields['reason']}")
+                elif reply.type is MessageType.ERROR:
+                    LOG.warning("learner error: %s", reply.fields["message"])
+                elif reply.type is MessageType.HEARTBEAT_ACK and reply.fields.get("run_id", run_id) != run_id:
+                    LOG.warning("learner restarted; registering again")
+                    last_reply = 0.0
+            broadcast = link.latest_broadcast()
+            if broadcast is not None and broadcast.type is MessageType.SHUTDOWN:
+                self.request_stop(f"learner: {broadcast.fields['reason']}")
+            elif broadcast is not None and broadcast.version > self.inference.version:
+                self.inference.load(broadcast.version, dict(broadcast.arrays))
+            if now - last_reply > net.peer_timeout_s and not self.stopping:
+                registration = self._reregister(link, config)
+                if registration is None:
+                    break
+                run_id, last_reply = registration.run_id, time.monotonic()
+                poller.unregister(link.control)
+                poller.register(link.control, zmq.POLLIN)
+                continue
+            while ready and not self.stopping:
+                take = min(len(ready), batch_groups)
+                if not self.assembler.can_accept(take * self.slots_per_group):
+                    break
+                self._act(workers, [ready.popleft() for _ in range(take)], pending)
+            last_flush = self._ship(link, net.rows_per_message, pending, last_flush)
+
+    def _collect(self, workers, by_fd, fd, ready, poller) -> None:
+        w = by_fd[fd]
+        slot = workers[w]
+        try:
+            while slot.conn.poll():
+                group, status = slot.conn.recv_bytes()
+                if status == STATUS_ENV_RESTARTED:
+                    LOG.warning("worker %d: env group %d raised and was restarted", w, group)
+                ready.append((w, group))
+        except (EOFError, OSError):
+            self._restart_worker(workers, w, by_fd, fd, ready, poller)
+
+    def _restart_worker(self, workers, w, by_fd, fd, ready, poller) -> None:
+        slot = workers[w]
+        if self.stopping:
+            return
+        LOG.warning("env worker %d died (exit code %s); restarting it", w,
+                    slot.process.exitcode if slot.process else None)
+        poller.unregister(fd)
+        del by_fd[fd]
+        slot.process.join(timeout=1)
+        slot.restarts += 1
+        start = w * self.slots_per_worker
+        self.assembler.discard_agents(np.arange(start, start + self.slots_per_worker, dtype=np.int64))
+        for item in [item for item in ready if item[0] == w]:
+            ready.remove(item)
+        self._spawn(slot)
+        by_fd[slot.conn.fileno()] = w
+        poller.register(slot.conn.fileno(), zmq.POLLIN)
+
+    def _act(self, workers: list[WorkerSlot], batch: list[tuple[int, int]], pending: Pending) -> None:
+        """Infer for the ready groups, hand the actions back, then record the steps in the assembler."""
+        spg = self.slots_per_group
+        parts = [(workers[w].views, slice(g * spg, (g + 1) * spg), w * self.slots_per_worker + g * spg)
+                 for w, g in batch]
+        obs = np.concatenate([v["obs"][s] for v, s, _ in parts])
+        rewards = np.concatenate([v["rewards"][s] for v, s, _ in parts])
+        terminated = np.concatenate([v["terminated"][s] for v, s, _ in parts])
+        truncated = np.concatenate([v["truncated"][s] for v, s, _ in parts])
+        bootstrap = np.zeros(len(obs), dtype=np.float32)
+        if truncated.any():
+            final_obs = np.concatenate([v["final_obs"][s] for v, s, _ in parts])[truncated]
+            bootstrap[truncated] = self.inference.values(final_obs)
+        for v, s, _ in parts:
+            done = v["episode_done"][s]
+            if done.any():
+                pending.returns.extend(v["episode_return"][s][done].tolist())
+                pending.lengths.extend(v["episode_length"][s][done].tolist())
+        decisions = self.inference.decide(obs)
+        for i, ((w, g), (v, s, _)) in enumerate(zip(batch, parts)):
+            v["actions"][s] = decisions.actions[i * spg:(i + 1) * spg]
+            workers[w].conn.send_bytes(bytes([g]))
+        pending.env_steps += len(batch) * self.envs_per_group
+        agent_ids = np.concatenate([np.arange(start, start + spg, dtype=np.int64) for _, _, start in parts])
+        dones = (terminated | truncated).astype(np.uint8)
+        self.assembler.add_steps(agent_ids, obs, decisions.actions, decisions.logprobs, decisions.values,
+                                 rewards, dones, bootstrap, self.inference.version)
+
+    def _ship(self, link: LearnerLink, rows_per_message: int, pending: Pending, last_flush: float) -> float:
+        """Send full rows in blocks while the data socket has room; returns the last flush time."""
+        now = time.monotonic()
+        while True:
+            full = self.assembler.full_rows()
+            due = full >= rows_per_message or (full > 0 and now - last_flush > FLUSH_AFTER_S)
+            if not due or not link.can_send_rows():
+                return last_flush
+            rows = self.assembler.pop_full(rows_per_message)
+            arrays = self.assembler.gather(rows)
+            self.assembler.release(rows)
+            message = Message(type=MessageType.ROWS, sender=link.name, version=self.inference.version,
+                              fields={"num_rows": len(rows), "episode_returns": pending.returns,
+                                      "episode_lengths": pending.lengths, "env_steps": pending.env_steps},
+                              arrays=arrays)
+            link.send_rows(message)
+            pending.env_steps, pending.returns, pending.lengths = 0, [], []
+            last_flush = now
+
+    def _reregister(self, link: LearnerLink, config: RunConfig) -> Registration | None:
+        print("actors: learner silent; waiting to register again", flush=True)
+        registration = link.register(retry_s=1.0, should_stop=lambda: self.stopping)
+        if registration is None:
+            return None
+        link.open_streams(registration, hwm=config.network.send_queue_messages,
+                          buffer_bytes=config.network.socket_buffer_bytes)
+        self.inference.load(registration.version, registration.weights)
+        print("actors: registered again", flush=True)
+        return registration
+
+    def _stop_workers(self, workers: list[WorkerSlot]) -> None:
+        for slot in workers:
+            try:
+                slot.conn.send_bytes(QUIT)
+            except (OSError, ValueError, AttributeError):
+                pass
+        deadline = time.monotonic() + JOIN_TIMEOUT_S
+        for slot in workers:
+            if slot.process is None:
+                continue
+            slot.process.join(timeout=max(0.0, deadline - time.monotonic()))
+            if slot.process.is_alive():
+                slot.process.terminate()
+                slot.process.join(timeout=1)
+            if slot.process.is_alive():
+                slot.process.kill()
+                slot.process.join(timeout=1)
+        for slot in workers:
+            slot.views = {}
+            slot.segment.close()

@@ -1,0 +1,168 @@
+"""The actor host's sockets to the learner: control (DEALER), rows (PUSH), weights (SUB).
+
+Registration waits for a learner that is not up yet; heartbeats keep both sides aware of each other;
+rows are sent only when the PUSH socket has room (the high-water mark is the back-pressure signal).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import zmq
+
+from protocol import Limits, Message, MessageType, ProtocolError, decode, encode
+from protocol.endpoints import Endpoint, parse_endpoint
+
+LOG = logging.getLogger("sluice.actors.link")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Registration:
+    """What the learner hands a host at registration."""
+
+    config: dict[str, Any]
+    """The resolved run config."""
+    run_id: str
+    """Identity of the learner run (changes when the learner restarts)."""
+    version: int
+    """Policy version of ``weights``."""
+    weights: dict[str, np.ndarray]
+    """Current policy weights."""
+    data_port: int
+    """Learner's data (PULL) port."""
+    weights_port: int
+    """Learner's weights (PUB) port."""
+
+
+class LearnerLink:
+    """Owns the three sockets; used from the host's main thread only."""
+
+    def __init__(self, learner: Endpoint, *, num_workers: int, limits: Limits) -> None:
+        self.learner = learner
+        self.num_workers = num_workers
+        self.limits = limits
+        self.context = zmq.Context()
+        self.control = self._control_socket()
+        self.data: zmq.Socket | None = None
+        self.weights: zmq.Socket | None = None
+        self.seq = 0
+        self.name = f"{socket.gethostname()}:{id(self) & 0xFFFF:04x}"
+
+    def _control_socket(self) -> zmq.Socket:
+        sock = self.context.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.IMMEDIATE, 1)
+        sock.setsockopt(zmq.MAXMSGSIZE, self.limits.max_message_bytes)
+        sock.connect(self.learner.url)
+        return sock
+
+    def send_control(self, type_: MessageType, fields: dict[str, Any] | None = None) -> None:
+        """Send a control message; silently skipped while no learner is connected."""
+        self.seq += 1
+        message = Message(type=type_, sender=self.name, seq=self.seq, fields=fields or {})
+        try:
+            self.control.send_multipart(encode(message), flags=zmq.NOBLOCK)
+        except zmq.Again:
+            pass
+
+    def recv_control(self) -> Message | None:
+        """One pending control reply, or None; malformed replies are logged and skipped."""
+        if not self.control.poll(0):
+            return None
+        frames = self.control.recv_multipart(copy=False)
+        try:
+            return decode(frames, self.limits)
+        except ProtocolError as err:
+            LOG.warning("bad control reply from learner: %s", err)
+            return None
+
+    def register(self, *, retry_s: float, should_stop) -> Registration | None:
+        """Register, retrying until the learner answers; None if ``should_stop()`` becomes true first."""
+        announced = False
+        while not should_stop():
+            self.send_control(MessageType.REGISTER, {"host": self.name, "num_workers": self.num_workers})
+            deadline = time.monotonic() + (retry_s if announced else 0.2)
+            while time.monotonic() < deadline and not should_stop():
+                if not self.control.poll(100):
+                    continue
+                reply = self.recv_control()
+                if reply is None:
+                    continue
+                if reply.type is MessageType.REGISTERED:
+                    return self._registration(reply)
+                if reply.type is MessageType.SHUTDOWN:
+                    return None
+                if reply.type is MessageType.ERROR:
+                    raise RuntimeError(f"learner refused registration: {reply.fields['message']}")
+            if not announced:
+                print(f"actors: waiting for the learner at {self.learner.url} ...", flush=True)
+                announced = True
+        return None
+
+    def _registration(self, reply: Message) -> Registration:
+        fields = reply.fields
+        data_port = parse_endpoint(fields["data_endpoint"], "data endpoint").port
+        weights_port = parse_endpoint(fields["weights_endpoint"], "weights endpoint").port
+        return Registration(config=fields["config"], run_id=fields["run_id"], version=reply.version,
+                            weights={k: np.array(v) for k, v in reply.arrays.items()},
+                            data_port=data_port, weights_port=weights_port)
+
+    def open_streams(self, registration: Registration, *, hwm: int, buffer_bytes: int) -> None:
+        """Connect the data and weights sockets to the ports the learner advertised."""
+        self.close_streams()
+        self.data = self.context.socket(zmq.PUSH)
+        self.data.setsockopt(zmq.SNDHWM, hwm)
+        self.data.setsockopt(zmq.SNDBUF, buffer_bytes)
+        self.data.setsockopt(zmq.LINGER, 0)
+        self.data.setsockopt(zmq.IMMEDIATE, 1)
+        self.data.connect(self.learner.with_port(registration.data_port).url)
+        self.weights = self.context.socket(zmq.SUB)
+        self.weights.setsockopt(zmq.RCVHWM, 4)
+        self.weights.setsockopt(zmq.LINGER, 0)
+        self.weights.setsockopt(zmq.MAXMSGSIZE, self.limits.max_message_bytes)
+        self.weights.setsockopt(zmq.SUBSCRIBE, b"")
+        self.weights.connect(self.learner.with_port(registration.weights_port).url)
+
+    def latest_broadcast(self) -> Message | None:
+        """Drain the weights socket; returns SHUTDOWN if one came, else the newest WEIGHTS, else None."""
+        newest = None
+        while self.weights is not None and self.weights.poll(0):
+            frames = self.weights.recv_multipart(copy=False)
+            try:
+                message = decode(frames, self.limits)
+            except ProtocolError as err:
+                LOG.warning("bad broadcast from learner: %s", err)
+                continue
+            if message.type is MessageType.SHUTDOWN:
+                return message
+            if message.type is MessageType.WEIGHTS and (newest is None or message.version > newest.version):
+                newest = message
+        return newest
+
+    def can_send_rows(self) -> bool:
+        """True when the data socket will take a message without blocking."""
+        return self.data is not None and bool(self.data.poll(0, zmq.POLLOUT))
+
+    def send_rows(self, message: Message) -> None:
+        """Queue one ROWS message (call can_send_rows first)."""
+        assert self.data is not None
+        self.data.send_multipart(encode(message), copy=False)
+
+    def close_streams(self) -> None:
+        """Close data and weights sockets."""
+        for sock in (self.data, self.weights):
+            if sock is not None:
+                sock.close(linger=0)
+        self.data = self.weights = None
+
+    def close(self) -> None:
+        """Say goodbye (best effort) and close everything."""
+        self.send_control(MessageType.BYE)
+        self.close_streams()
+        self.control.close(linger=100)
+        self.context.term()

@@ -1,0 +1,64 @@
+"""`python -m learner`: argument parsing and the top-level error handling of the learner."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+from configs.loader import ConfigError, load_config
+from configs.plan import PlanError, format_plan, make_plan
+from learner.run_dir import RunDirError, new_run_dir, resume_config
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The learner's command line."""
+    parser = argparse.ArgumentParser(prog="python -m learner", description="Sluice learner: binds, trains PPO, "
+                                     "publishes weights, checkpoints. Actor hosts connect with python -m actors.")
+    parser.add_argument("--config", type=Path, default=None,
+                        help="run config YAML laid over configs/defaults.yaml (default: configs/cartpole.yaml)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help="override one config value (repeatable)")
+    parser.add_argument("--plan", action="store_true", help="print the batch plan and exit")
+    parser.add_argument("--json", action="store_true", help="with --plan: print it as one JSON object")
+    parser.add_argument("--run-dir", type=Path, default=None, help="run directory (default: runs/<name>-<time>)")
+    parser.add_argument("--resume", action="store_true", help="continue the run in --run-dir from its last checkpoint")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the exit code."""
+    args = build_parser().parse_args(argv)
+    if args.json and not args.plan:
+        return _fail("--json only goes with --plan")
+    try:
+        if args.resume:
+            if args.config is not None:
+                return _fail("--resume takes the config saved in --run-dir; drop --config (use --set to override)")
+            config = resume_config(args.run_dir, args.overrides)
+        else:
+            config = load_config(args.config, args.overrides)
+        plan = make_plan(config.trainer, num_agents=config.env.num_agents)
+    except (ConfigError, PlanError, RunDirError) as err:
+        return _fail(str(err))
+    if args.plan:
+        print(json.dumps(plan.as_dict()) if args.json else format_plan(plan))
+        return 0
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    # Heavy imports only when training (the plan needs none of them).
+    from learner.trainer import Learner, install_signal_handlers
+
+    try:
+        run_dir = args.run_dir if args.resume else new_run_dir(config, args.run_dir)
+        learner = Learner(config, run_dir, resume=args.resume)
+    except (RunDirError, ValueError, RuntimeError) as err:
+        return _fail(str(err))
+    install_signal_handlers(learner)
+    return learner.run()
+
+
+def _fail(message: str) -> int:
+    print(f"python -m learner: error: {message}", file=sys.stderr)
+    return 2

@@ -1,0 +1,192 @@
+"""Ingest: receive ROWS blocks over ZeroMQ, validate, drop stale rows, fill a double-buffered batch.
+
+Two host-side batch buffers of ``segments`` rows each. The ingest thread fills one while the trainer
+trains on the other; ownership passes as a buffer index through two queues (free -> filling -> ready ->
+training -> free). When both buffers are taken the thread stops reading, the socket's high-water mark
+fills, and actor hosts stop sending: back-pressure, never an unbounded queue.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections import Counter, deque
+from dataclasses import dataclass, field
+
+import numpy as np
+import zmq
+
+from protocol import Limits, Message, MessageType, ProtocolError, check_arrays, decode
+from protocol.rows import row_array_specs
+
+POLL_MS = 100
+
+
+@dataclass(frozen=True, kw_only=True)
+class BatchBuffers:
+    """One batch of rows in host memory, field -> [segments, horizon, ...]."""
+
+    arrays: dict[str, np.ndarray]
+    """obs, actions, logprobs, values, rewards, dones, bootstrap ([S, H, ...]) and versions ([S])."""
+
+
+@dataclass(kw_only=True)
+class IngestStats:
+    """Counters shared between the ingest thread and the trainer (guarded by ``lock``)."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    """Guards every field below."""
+    env_steps: int = 0
+    """Env steps reported by actor hosts."""
+    episodes: int = 0
+    """Episodes finished."""
+    recent_returns: deque = field(default_factory=lambda: deque(maxlen=100))
+    """Returns of the last 100 episodes."""
+    recent_lengths: deque = field(default_factory=lambda: deque(maxlen=100))
+    """Lengths of the last 100 episodes."""
+    rows_received: int = 0
+    """Rows accepted into a batch."""
+    rows_dropped: Counter = field(default_factory=Counter)
+    """Rows dropped, by reason (stale)."""
+    messages_dropped: Counter = field(default_factory=Counter)
+    """Messages rejected, by protocol reason."""
+    bytes_received: int = 0
+    """Bytes of accepted and rejected data messages."""
+    lag_sum: int = 0
+    """Sum of policy lag over accepted rows (since last take)."""
+    lag_max: int = 0
+    """Max policy lag over accepted rows (since last take)."""
+    lag_rows: int = 0
+    """Rows behind lag_sum."""
+
+
+class Ingest(threading.Thread):
+    """The data socket's only user: PULL bound at ``endpoint``; fills batches of ``segments`` rows."""
+
+    def __init__(self, *, context: zmq.Context, endpoint: str, segments: int, obs_shape: tuple[int, ...],
+                 obs_dtype: str, horizon: int, max_policy_lag: int, hwm: int, buffer_bytes: int, limits: Limits,
+                 stop: threading.Event) -> None:
+        super().__init__(name="ingest", daemon=True)
+        self.specs = row_array_specs(obs_shape=obs_shape, obs_dtype=obs_dtype, horizon=horizon)
+        self.segments = segments
+        self.max_policy_lag = max_policy_lag
+        self.limits = limits
+        self.stop = stop
+        self.stats = IngestStats()
+        self.policy_version = 0
+        self.buffers = [self._allocate() for _ in range(2)]
+        self.free: queue.Queue[int] = queue.Queue()
+        self.ready: queue.Queue[int] = queue.Queue()
+        for index in range(2):
+            self.free.put(index)
+        self.socket = context.socket(zmq.PULL)
+        self.socket.setsockopt(zmq.RCVHWM, hwm)
+        self.socket.setsockopt(zmq.RCVBUF, buffer_bytes)
+        self.socket.setsockopt(zmq.LINGER, 0)
+        self.socket.setsockopt(zmq.MAXMSGSIZE, limits.max_message_bytes)
+        self.socket.bind(endpoint)
+        self.error: BaseException | None = None
+
+    def _allocate(self) -> BatchBuffers:
+        arrays = {}
+        for name, spec in self.specs.items():
+            shape = (self.segments, *spec.shape[1:])
+            arrays[name] = np.zeros(shape, dtype=spec.dtype)
+        return BatchBuffers(arrays=arrays)
+
+    def run(self) -> None:
+        try:
+            self._loop()
+        except BaseException as err:  # surfaced to the trainer, which stops the run with it
+            self.error = err
+        finally:
+            self.socket.close(linger=0)
+
+    def _loop(self) -> None:
+        index, filled = None, 0
+        poller = zmq.Poller()
+        poller.register(self.socket, zmq.POLLIN)
+        while not self.stop.is_set():
+            if index is None:
+                try:
+                    index, filled = self.free.get(timeout=POLL_MS / 1000), 0
+                except queue.Empty:
+                    continue
+            if not poller.poll(POLL_MS):
+                continue
+            frames = self.socket.recv_multipart(copy=False)
+            rows = self._accept(frames)
+            if rows is None:
+                continue
+            buffer = self.buffers[index].arrays
+            start = 0
+            total = len(rows["versions"])
+            while start < total:
+                take = min(total - start, self.segments - filled)
+                for name, array in rows.items():
+                    buffer[name][filled:filled + take] = array[start:start + take]
+                filled += take
+                start += take
+                if filled == self.segments:
+                    self.ready.put(index)
+                    # Rows left over from this block go to the next buffer when one is free.
+                    index, filled = self._next_buffer()
+                    if index is None:
+                        return
+
+    def _next_buffer(self) -> tuple[int | None, int]:
+        while not self.stop.is_set():
+            try:
+                return self.free.get(timeout=POLL_MS / 1000), 0
+            except queue.Empty:
+                continue
+        return None, 0
+
+    def _accept(self, frames: list) -> dict[str, np.ndarray] | None:
+        """Validate one message; returns its fresh rows, or None after counting why it was dropped."""
+        nbytes = sum(len(f.buffer) for f in frames)
+        try:
+            message = decode(frames, self.limits)
+            if message.type is not MessageType.ROWS:
+                raise ProtocolError("unexpected_type", f"data socket accepts rows, got {message.type.value}")
+            check_arrays(message, self.specs)
+            if message.fields["num_rows"] != len(message.arrays["versions"]):
+                raise ProtocolError("bad_field", f"num_rows {message.fields['num_rows']} but "
+                                                 f"{len(message.arrays['versions'])} rows sent")
+            returns, lengths = _episode_stats(message)
+        except ProtocolError as err:
+            with self.stats.lock:
+                self.stats.messages_dropped[err.reason] += 1
+                self.stats.bytes_received += nbytes
+            return None
+        lag = self.policy_version - message.arrays["versions"]
+        fresh = lag <= self.max_policy_lag
+        with self.stats.lock:
+            stats = self.stats
+            stats.bytes_received += nbytes
+            stats.env_steps += message.fields["env_steps"]
+            stats.episodes += len(returns)
+            stats.recent_returns.extend(returns)
+            stats.recent_lengths.extend(lengths)
+            stats.rows_dropped["stale"] += int((~fresh).sum())
+            stats.rows_received += int(fresh.sum())
+            if fresh.any():
+                stats.lag_sum += int(lag[fresh].sum())
+                stats.lag_max = max(stats.lag_max, int(lag[fresh].max()))
+                stats.lag_rows += int(fresh.sum())
+        if not fresh.any():
+            return None
+        if fresh.all():
+            return dict(message.arrays)
+        return {name: array[fresh] for name, array in message.arrays.items()}
+
+
+def _episode_stats(message: Message) -> tuple[list[float], list[int]]:
+    returns, lengths = message.fields["episode_returns"], message.fields["episode_lengths"]
+    if len(returns) != len(lengths):
+        raise ProtocolError("bad_field", f"{len(returns)} episode returns but {len(lengths)} lengths")
+    if not all(isinstance(r, (int, float)) and not isinstance(r, bool) and np.isfinite(r) for r in returns):
+        raise ProtocolError("bad_field", "episode_returns must be finite numbers")
+    if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in lengths):
+        raise ProtocolError("bad_field", "episode_lengths must be non-negative integers")
+    return [float(r) for r in returns], list(lengths)

@@ -1,0 +1,243 @@
+"""The learner, wired in one place: control server, ingest, PPO updates, weights, checkpoints, metrics.
+
+Threads: ``control`` (ROUTER, registration and heartbeats), ``ingest`` (PULL, row blocks into the
+double-buffered batch) and the main thread (train, publish, checkpoint, log). Stop with SIGINT/SIGTERM:
+the final checkpoint is written and actor hosts are told to exit.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+import torch
+import zmq
+
+from actors.envs.registry import env_spec
+from configs.loader import config_to_dict
+from configs.plan import make_plan
+from configs.schema import RunConfig
+from learner.checkpoint import TrainerState, list_checkpoints, load_checkpoint, save_checkpoint
+from learner.control import ControlServer
+from learner.ingest import BatchBuffers, Ingest
+from learner.metrics_log import MetricsLog
+from learner.ppo import RowBatch, UpdateSchedule, anneal_beta, ppo_update
+from learner.schedules import learning_rate
+from learner.weights import WeightsPublisher
+from policies.mlp import make_policy, state_arrays
+from protocol import Limits
+from protocol.endpoints import parse_endpoint
+
+LOG = logging.getLogger("sluice.learner")
+SHUTDOWN_GRACE_HEARTBEATS = 3
+
+
+def resolve_device(name: str) -> torch.device:
+    """auto -> cuda when available, else cpu; cuda without a GPU is an error."""
+    if name == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("run.device is 'cuda' but torch sees no CUDA device; use 'auto' or 'cpu'")
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def to_batch(buffers: BatchBuffers, device: torch.device) -> RowBatch:
+    """Host batch -> device tensors (obs keeps its env dtype; the model casts)."""
+    a = buffers.arrays
+    pin = device.type == "cuda"
+
+    def move(array: np.ndarray, dtype: torch.dtype | None = None) -> torch.Tensor:
+        tensor = torch.from_numpy(array)
+        if pin:
+            tensor = tensor.pin_memory()
+        tensor = tensor.to(device, non_blocking=pin)
+        return tensor if dtype is None else tensor.to(dtype)
+
+    return RowBatch(obs=move(a["obs"]), actions=move(a["actions"], torch.int64), logprobs=move(a["logprobs"]),
+                    values=move(a["values"]), rewards=move(a["rewards"]),
+                    dones=move(a["dones"], torch.float32), bootstrap=move(a["bootstrap"]))
+
+
+class Learner:
+    """Owns every learner component for one run."""
+
+    def __init__(self, config: RunConfig, run_dir: Path, *, resume: bool) -> None:
+        self.config = config
+        self.run_dir = run_dir
+        torch.set_num_threads(config.run.torch_threads)
+        torch.manual_seed(config.run.seed)
+        self.device = resolve_device(config.run.device)
+        self.spec = env_spec(config.env)
+        self.plan = make_plan(config.trainer, num_agents=config.env.num_agents)
+        self.policy = make_policy(self.spec, config.model).to(self.device)
+        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=config.trainer.learning_rate,
+                                          eps=config.trainer.adam_eps)
+        self.state = TrainerState()
+        if resume:
+            checkpoints = list_checkpoints(run_dir)
+            if checkpoints:
+                self.state = load_checkpoint(checkpoints[-1], policy=self.policy, optimizer=self.optimizer)
+                LOG.info("resumed from %s (update %d, %d env steps)", checkpoints[-1].name,
+                         self.state.update, self.state.env_steps)
+        self.generator = torch.Generator(device=self.device)
+        self.generator.manual_seed(config.run.seed + self.state.update)
+        self.stop = threading.Event()
+        self.stop_reason = ""
+        self.metrics = MetricsLog(run_dir / "metrics.jsonl")
+
+    def request_stop(self, reason: str) -> None:
+        """Ask the main loop to finish (signal handlers call this)."""
+        if not self.stop.is_set():
+            self.stop_reason = reason
+            self.stop.set()
+
+    def run(self) -> int:
+        """Serve and train until done; returns the process exit code."""
+        net = self.config.network
+        control_ep = parse_endpoint(f"tcp://{net.host}:{net.port}")
+        data_ep, weights_ep = control_ep.with_port(net.port + 1), control_ep.with_port(net.port + 2)
+        limits = Limits(max_message_bytes=net.max_message_bytes)
+        context = zmq.Context()
+        threads_stop = threading.Event()
+        registration = {
+            "config": config_to_dict(self.config),
+            "data_endpoint": data_ep.url,
+            "weights_endpoint": weights_ep.url,
+            "run_id": uuid.uuid4().hex,
+        }
+        control = ControlServer(context=context, endpoint=control_ep.url, registration=registration,
+                                peer_timeout_s=net.peer_timeout_s, limits=limits, stop=threads_stop)
+        ingest = Ingest(context=context, endpoint=data_ep.url, segments=self.plan.segments,
+                        obs_shape=self.spec.obs_shape, obs_dtype=self.spec.obs_dtype,
+                        horizon=self.config.trainer.bptt_horizon + 1,
+                        max_policy_lag=self.config.trainer.max_policy_lag,
+                        hwm=net.send_queue_messages, buffer_bytes=net.socket_buffer_bytes, limits=limits,
+                        stop=threads_stop)
+        publisher = WeightsPublisher(context=context, endpoint=weights_ep.url)
+        ingest.policy_version = self.state.policy_version
+        control.set_weights(self.state.policy_version, state_arrays(self.policy))
+        control.start()
+        ingest.start()
+        print(f"learner: {socket.gethostname()} listening on {control_ep.url} "
+              f"(data {data_ep.url}, weights {weights_ep.url}); run dir {self.run_dir}", flush=True)
+        exit_code = 0
+        try:
+            exit_code = self._train(control, ingest, publisher)
+        finally:
+            save_checkpoint(self.run_dir, policy=self.policy, optimizer=self.optimizer, state=self.state,
+                            keep=self.config.run.keep_checkpoints)
+            self._shutdown_actors(control, publisher)
+            threads_stop.set()
+            control.join(timeout=5)
+            ingest.join(timeout=5)
+            publisher.close()
+            context.term()
+            self.metrics.close()
+        return exit_code
+
+    def _train(self, control: ControlServer, ingest: Ingest, publisher: WeightsPublisher) -> int:
+        trainer, plan = self.config.trainer, self.plan
+        started = time.monotonic()
+        elapsed_before = self.state.elapsed_s
+        last_steps, last_time = self.state.env_steps, started
+        stats = ingest.stats
+        with stats.lock:
+            stats.env_steps = self.state.env_steps
+            stats.episodes = self.state.episodes
+            stats.recent_returns.extend(self.state.recent_returns)
+        while not self.stop.is_set():
+            if ingest.error is not None:
+                raise RuntimeError("ingest thread failed") from ingest.error
+            try:
+                index = ingest.ready.get(timeout=0.2)
+            except Exception:  # queue.Empty: keep checking for stop requests
+                continue
+            batch = to_batch(ingest.buffers[index], self.device)
+            schedule = UpdateSchedule(
+                learning_rate=learning_rate(trainer.lr_schedule, trainer.learning_rate,
+                                            trainer.min_learning_rate, self.state.update, plan.total_epochs),
+                anneal_beta=anneal_beta(trainer, self.state.update, plan.total_epochs))
+            update_started = time.monotonic()
+            metrics = ppo_update(self.policy, self.optimizer, batch, trainer=trainer, plan=plan,
+                                 schedule=schedule, generator=self.generator)
+            ingest.free.put(index)
+            update_s = time.monotonic() - update_started
+            self.state.update += 1
+            self.state.policy_version += 1
+            ingest.policy_version = self.state.policy_version
+            weights = state_arrays(self.policy)
+            publisher.publish(self.state.policy_version, weights)
+            control.set_weights(self.state.policy_version, weights)
+
+            now = time.monotonic()
+            with stats.lock:
+                self.state.env_steps = stats.env_steps
+                self.state.episodes = stats.episodes
+                self.state.recent_returns = list(stats.recent_returns)
+                lengths = list(stats.recent_lengths)
+                lag_mean = stats.lag_sum / max(1, stats.lag_rows)
+                lag_max = stats.lag_max
+                stats.lag_sum = stats.lag_max = stats.lag_rows = 0
+                dropped_stale = stats.rows_dropped["stale"]
+                dropped_messages = sum(stats.messages_dropped.values())
+            self.state.agent_steps = self.state.env_steps * plan.num_agents
+            self.state.elapsed_s = elapsed_before + now - started
+            returns = self.state.recent_returns
+            record = {
+                "update": self.state.update,
+                "env_steps": self.state.env_steps,
+                "agent_steps": self.state.agent_steps,
+                "sps": (self.state.env_steps - last_steps) / max(1e-9, now - last_time),
+                "elapsed_s": self.state.elapsed_s,
+                "episodes": self.state.episodes,
+                "episode_return_mean": float(np.mean(returns)) if returns else None,
+                "episode_length_mean": float(np.mean(lengths)) if lengths else None,
+                **metrics,
+                "policy_version": self.state.policy_version,
+                "policy_lag_mean": lag_mean,
+                "policy_lag_max": lag_max,
+                "rows_dropped_stale": dropped_stale,
+                "messages_dropped": dropped_messages,
+                "actor_hosts": control.host_count(),
+                "update_s": update_s,
+            }
+            last_steps, last_time = self.state.env_steps, now
+            self.metrics.write(record)
+            if self.state.update % self.config.run.checkpoint_interval == 0:
+                save_checkpoint(self.run_dir, policy=self.policy, optimizer=self.optimizer, state=self.state,
+                                keep=self.config.run.keep_checkpoints)
+            target = trainer.target_episode_return
+            if target is not None and len(returns) >= 100 and np.mean(returns) >= target:
+                print(f"learner: solved: mean return {np.mean(returns):.1f} over the last 100 episodes "
+                      f">= {target:g} after {self.state.env_steps:,} env steps in "
+                      f"{self.state.elapsed_s:.1f} s ({self.state.update} updates)", flush=True)
+                self.request_stop("target return reached")
+            elif self.state.env_steps >= trainer.total_timesteps:
+                print(f"learner: reached total_timesteps ({self.state.env_steps:,} env steps) in "
+                      f"{self.state.elapsed_s:.1f} s", flush=True)
+                self.request_stop("total_timesteps reached")
+        return 0
+
+    def _shutdown_actors(self, control: ControlServer, publisher: WeightsPublisher) -> None:
+        """Tell actor hosts to exit, and give them a few heartbeats to hear it and say goodbye."""
+        reason = self.stop_reason or "learner stopping"
+        control.begin_shutdown(reason)
+        deadline = time.monotonic() + SHUTDOWN_GRACE_HEARTBEATS * self.config.network.heartbeat_interval_s
+        while time.monotonic() < deadline and control.host_count() > 0:
+            publisher.publish_shutdown(reason)
+            time.sleep(0.1)
+        print(f"learner: stopped ({reason}); final checkpoint in {self.run_dir / 'checkpoints'}", flush=True)
+
+
+def install_signal_handlers(learner: Learner) -> None:
+    """SIGINT/SIGTERM ask the learner to stop cleanly."""
+    def handler(signum: int, _frame: object) -> None:
+        learner.request_stop(f"{signal.Signals(signum).name} received")
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)

@@ -1,0 +1,25 @@
+"""The layout of a ROWS message: one definition for the actor's sender and the learner's ingest."""
+
+from __future__ import annotations
+
+from protocol.validation import ArraySpec
+
+ROW_STEP_FIELDS: dict[str, str] = {
+    "actions": "int32",
+    "logprobs": "float32",
+    "values": "float32",
+    "rewards": "float32",
+    "dones": "uint8",
+    "bootstrap": "float32",
+}
+"""Per-step fields of a row other than obs, with their wire dtypes."""
+
+
+def row_array_specs(*, obs_shape: tuple[int, ...], obs_dtype: str, horizon: int) -> dict[str, ArraySpec]:
+    """Array specs of a ROWS message for rows of ``horizon`` (= bptt_horizon + 1) steps."""
+    specs = {"obs": ArraySpec(dtype=obs_dtype, shape=(-1, horizon, *obs_shape))}
+    for name, dtype in ROW_STEP_FIELDS.items():
+        finite = dtype.startswith("float")
+        specs[name] = ArraySpec(dtype=dtype, shape=(-1, horizon), allow_nonfinite=not finite)
+    specs["versions"] = ArraySpec(dtype="int64", shape=(-1,))
+    return specs
