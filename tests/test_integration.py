@@ -1,0 +1,191 @@
+"""Real learner and actor processes over real ZeroMQ sockets and shared memory."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import zmq
+
+from protocol import Message, MessageType, decode, encode
+from tests.processes import alive, descendants, free_port_triple, kill_tree, shm_segments, start, wait_for
+
+REQUIRED_METRICS = ("update", "env_steps", "agent_steps", "sps", "episode_return_mean", "episode_length_mean",
+                    "policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "explained_variance",
+                    "learning_rate", "policy_version", "policy_lag_mean")
+
+
+def metrics(run_dir: Path) -> list[dict]:
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+class Run:
+    """A learner plus actor hosts, cleaned up whatever happens."""
+
+    def __init__(self, tmp_path: Path, *learner_args: str) -> None:
+        self.tmp = tmp_path
+        self.port = free_port_triple()
+        self.run_dir = tmp_path / "run"
+        self.learner_args = ["--config", "configs/cartpole.yaml", "--run-dir", str(self.run_dir),
+                             "--set", f"network.port={self.port}", *learner_args]
+        self.procs: list = []
+        self.workers: dict[int, set[int]] = {}
+
+    def learner(self, *extra: str, log: str = "learner.log"):
+        proc = start("learner", *self.learner_args, *extra, log=self.tmp / log)
+        self.procs.append(proc)
+        return proc
+
+    def actors(self, n: int = 2, log: str = "actors.log"):
+        proc = start("actors", "--n", str(n), "--learner", f"tcp://127.0.0.1:{self.port}", log=self.tmp / log)
+        self.procs.append(proc)
+        return proc
+
+    def note_workers(self, proc) -> set[int]:
+        """Remember the env worker processes of an actor host (to check they are gone later)."""
+        wait_for(lambda: len(descendants(proc.pid)) >= 1, 30)
+        self.workers[proc.pid] = descendants(proc.pid)
+        return self.workers[proc.pid]
+
+    def log(self, name: str) -> str:
+        return (self.tmp / name).read_text()
+
+    def assert_clean(self) -> None:
+        for proc in self.procs:
+            assert proc.poll() is not None, f"process {proc.args} still running"
+            assert not alive(proc.pid)
+            children = self.workers.get(proc.pid, set()) | descendants(proc.pid)
+            assert wait_for(lambda: not any(alive(c) for c in children), 5), f"orphans of {proc.args}"
+            assert shm_segments(proc.pid) == [], f"leaked shared memory of {proc.pid}"
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                kill_tree(proc)
+
+
+@pytest.fixture
+def run(tmp_path):
+    r = Run(tmp_path)
+    yield r
+    r.close()
+
+
+def test_cartpole_trains_to_475(run):
+    learner = run.learner()
+    actors = run.actors(2)
+    run.note_workers(actors)
+    assert learner.wait(timeout=300) == 0, run.log("learner.log")
+    assert actors.wait(timeout=30) == 0, run.log("actors.log")
+    out = run.log("learner.log")
+    assert "solved: mean return" in out
+    records = metrics(run.run_dir)
+    assert records and all(key in records[-1] for key in REQUIRED_METRICS)
+    assert records[-1]["episode_return_mean"] >= 475
+    assert [r["update"] for r in records] == list(range(1, len(records) + 1))
+    assert list((run.run_dir / "checkpoints").glob("update_*/model.safetensors"))
+    assert (run.run_dir / "config.yaml").exists()
+    assert "stopped (learner: target return reached)" in run.log("actors.log")
+    run.assert_clean()
+
+
+def test_two_actor_hosts_started_before_the_learner(run):
+    first, second = run.actors(1, log="a1.log"), run.actors(1, log="a2.log")
+    assert wait_for(lambda: "waiting for the learner" in run.log("a1.log"), 30)
+    learner = run.learner("--set", "trainer.target_episode_return=null",
+                          "--set", "trainer.total_timesteps=150000")
+    assert learner.wait(timeout=180) == 0, run.log("learner.log")
+    assert first.wait(timeout=30) == 0 and second.wait(timeout=30) == 0
+    assert run.log("learner.log").count("registered with 1 workers") == 2
+    assert max(r["actor_hosts"] for r in metrics(run.run_dir)) == 2
+    assert metrics(run.run_dir)[-1]["env_steps"] >= 150000
+    run.assert_clean()
+
+
+def test_sigterm_to_learner_stops_everything_cleanly(run):
+    learner = run.learner("--set", "trainer.target_episode_return=null")
+    actors = run.actors(2)
+    run.note_workers(actors)
+    assert wait_for(lambda: len(metrics(run.run_dir)) >= 3, 120)
+    learner.send_signal(signal.SIGTERM)
+    assert learner.wait(timeout=30) == 0
+    assert actors.wait(timeout=30) == 0, run.log("actors.log")
+    assert "stopped (learner: SIGTERM received)" in run.log("actors.log")
+    last = metrics(run.run_dir)[-1]["update"]
+    assert (run.run_dir / "checkpoints" / f"update_{last:08d}").is_dir()
+    assert not list((run.run_dir / "checkpoints").glob(".tmp-*"))
+    run.assert_clean()
+
+
+def test_ctrl_c_on_actor_host_reaps_workers_and_shared_memory(run):
+    learner = run.learner("--set", "trainer.target_episode_return=null")
+    actors = run.actors(2)
+    workers = run.note_workers(actors)
+    assert wait_for(lambda: len(metrics(run.run_dir)) >= 2, 120)
+    assert shm_segments(actors.pid)
+    actors.send_signal(signal.SIGINT)
+    assert actors.wait(timeout=30) == 0, run.log("actors.log")
+    assert wait_for(lambda: all(not alive(pid) for pid in workers), 5)
+    assert learner.poll() is None, "the learner must keep running when an actor host leaves"
+    learner.send_signal(signal.SIGINT)
+    assert learner.wait(timeout=30) == 0
+    run.assert_clean()
+
+
+def test_resume_continues_from_the_last_checkpoint(run):
+    first = run.learner("--set", "trainer.target_episode_return=null", "--set", "trainer.total_timesteps=60000")
+    actors = run.actors(2)
+    assert first.wait(timeout=120) == 0, run.log("learner.log")
+    assert actors.wait(timeout=30) == 0
+    done = metrics(run.run_dir)[-1]
+    resumed = start("learner", "--resume", "--run-dir", str(run.run_dir), "--set", f"network.port={run.port}",
+                    "--set", "trainer.total_timesteps=120000", log=run.tmp / "resumed.log")
+    run.procs.append(resumed)
+    actors2 = run.actors(2, log="actors2.log")
+    assert resumed.wait(timeout=120) == 0, run.log("resumed.log")
+    assert actors2.wait(timeout=30) == 0
+    later = [r for r in metrics(run.run_dir) if r["update"] > done["update"]]
+    assert later and later[0]["update"] == done["update"] + 1
+    assert later[0]["env_steps"] > done["env_steps"]
+    assert later[-1]["policy_version"] == later[-1]["update"]
+    run.assert_clean()
+
+
+def test_malformed_messages_are_rejected_and_counted(run):
+    learner = run.learner("--set", "trainer.target_episode_return=null")
+    actors = run.actors(2)
+    assert wait_for(lambda: len(metrics(run.run_dir)) >= 1, 120)
+    context = zmq.Context()
+    try:
+        control = context.socket(zmq.DEALER)
+        control.connect(f"tcp://127.0.0.1:{run.port}")
+        control.send_multipart([b"sluice/9", b"junk"])
+        assert control.poll(5000)
+        reply = decode(control.recv_multipart())
+        assert reply.type is MessageType.ERROR and reply.fields["reason"] == "bad_version"
+        control.send_multipart(encode(Message(type=MessageType.HEARTBEAT, sender="stranger")))
+        assert control.poll(5000)
+        reply = decode(control.recv_multipart())
+        assert reply.type is MessageType.ERROR and "before register" in reply.fields["message"]
+        data = context.socket(zmq.PUSH)
+        data.connect(f"tcp://127.0.0.1:{run.port + 1}")
+        data.send_multipart([b"sluice/1", b"\xff\xfe not msgpack"])
+        data.send_multipart(encode(Message(type=MessageType.ROWS, sender="x", fields={
+            "num_rows": 1, "episode_returns": [], "episode_lengths": [], "env_steps": 0})))
+        time.sleep(0.5)
+        for sock in (control, data):
+            sock.close(linger=0)
+    finally:
+        context.term()
+    assert wait_for(lambda: metrics(run.run_dir)[-1]["messages_dropped"] >= 2, 60)
+    assert learner.poll() is None
+    learner.send_signal(signal.SIGTERM)
+    assert learner.wait(timeout=30) == 0
+    assert actors.wait(timeout=30) == 0
+    run.assert_clean()
