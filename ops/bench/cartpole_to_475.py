@@ -1,0 +1,64 @@
+"""Benchmark: wall-clock and env steps until CartPole's last-100 mean return reaches 475.
+
+Runs the real learner and one actor host (separate processes, ZeroMQ, shared memory) ``--trials`` times
+and prints one JSON object per trial plus a summary. Usage: .venv/bin/python ops/bench/cartpole_to_475.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+SOLVED = re.compile(r"solved: mean return ([\d.]+) .* after ([\d,]+) env steps in ([\d.]+) s")
+
+
+def trial(port: int, workers: int, seed: int) -> dict:
+    """One training run; returns its figures."""
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        learner = subprocess.Popen([sys.executable, "-m", "learner", "--run-dir", f"{tmp}/run", "--set",
+                                    f"network.port={port}", "--set", f"run.seed={seed}"], cwd=REPO, env=env,
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        actors = subprocess.Popen([sys.executable, "-m", "actors", "--n", str(workers), "--learner",
+                                   f"tcp://127.0.0.1:{port}"], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
+        started = time.monotonic()
+        out, _ = learner.communicate(timeout=900)
+        actors.wait(timeout=60)
+        match = SOLVED.search(out)
+        return {"benchmark": "cartpole_to_475", "seed": seed, "workers": workers,
+                "exit_code": learner.returncode, "solved": match is not None,
+                "final_mean_return": float(match.group(1)) if match else None,
+                "env_steps": int(match.group(2).replace(",", "")) if match else None,
+                "train_s": float(match.group(3)) if match else None,
+                "process_wall_s": round(time.monotonic() - started, 1)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--port", type=int, default=5655)
+    args = parser.parse_args()
+    results = [trial(args.port, args.workers, seed) for seed in range(1, args.trials + 1)]
+    for result in results:
+        print(json.dumps(result))
+    solved = [r for r in results if r["solved"]]
+    print(json.dumps({"benchmark": "cartpole_to_475_summary", "machine": f"{platform.node()} "
+                      f"{os.cpu_count()} cores {platform.processor() or platform.machine()}",
+                      "trials": len(results), "solved": len(solved),
+                      "train_s": sorted(r["train_s"] for r in solved),
+                      "env_steps": sorted(r["env_steps"] for r in solved)}))
+
+
+if __name__ == "__main__":
+    main()
