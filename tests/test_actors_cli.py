@@ -1,0 +1,72 @@
+"""The actor host's command-line errors, and shared-memory hygiene."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from actors.cli import main
+from actors.shm import ShmSegment, plan_layout, remove_stale_segments, segment_name, SHM_DIR
+from tests.processes import REPO
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--n", "0"], "--n must be at least 1, got 0"),
+    (["--learner", "localhost:5555"], "--learner 'localhost:5555' is not a ZeroMQ endpoint"),
+    (["--learner", "tcp://*:5555"], "needs the learner's host name or address"),
+    (["--learner", "tcp://127.0.0.1:99999"], "--learner"),
+])
+def test_cli_errors_name_the_problem(argv, message, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("python -m actors: error: ")
+    assert message in err
+
+
+def test_cli_error_from_a_real_process():
+    result = subprocess.run([sys.executable, "-m", "actors", "--n", "-3"], cwd=REPO, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 2
+    assert "--n must be at least 1, got -3" in result.stderr
+
+
+def test_segments_of_dead_owners_are_removed_and_live_ones_kept():
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()
+    stale = ShmSegment.create(segment_name(int(dead), "w0"), 4096)
+    live = ShmSegment.create(segment_name(1, "w0"), 4096)  # PID 1 is always alive
+    try:
+        removed = remove_stale_segments()
+        assert stale.name in removed
+        assert not (SHM_DIR / stale.name).exists()
+        assert (SHM_DIR / live.name).exists()
+    finally:
+        stale.close()
+        live.close()
+    assert not (SHM_DIR / live.name).exists()
+
+
+def test_views_share_memory_between_mappings():
+    layout, size = plan_layout([("a", (3, 4), "float32"), ("b", (5,), "uint8")])
+    assert all(f.offset % 64 == 0 for f in layout)
+    owner = ShmSegment.create(segment_name(1, "viewtest"), size)
+    other = ShmSegment.attach(owner.name, size)
+    try:
+        mine, theirs = owner.views(layout), other.views(layout)
+        mine["a"][:] = np.arange(12, dtype=np.float32).reshape(3, 4)
+        mine["b"][:] = 7
+        np.testing.assert_array_equal(theirs["a"], mine["a"])
+        assert theirs["b"].tolist() == [7] * 5
+        del mine, theirs
+    finally:
+        other.close()
+        owner.close()
+    assert not (SHM_DIR / owner.name).exists()
+
+
+def test_segment_names_must_carry_the_prefix():
+    with pytest.raises(ValueError, match="must start with 'sluice_'"):
+        ShmSegment.create("other_1_w0", 64)
