@@ -8,6 +8,7 @@ the final checkpoint is written and actor hosts are told to exit.
 from __future__ import annotations
 
 import logging
+import queue
 import signal
 import socket
 import threading
@@ -156,7 +157,7 @@ class Learner:
                 raise RuntimeError("ingest thread failed") from ingest.error
             try:
                 index = ingest.ready.get(timeout=0.2)
-            except Exception:  # queue.Empty: keep checking for stop requests
+            except queue.Empty:  # keep checking for stop requests
                 continue
             batch = to_batch(ingest.buffers[index], self.device)
             schedule = UpdateSchedule(
