@@ -99,7 +99,7 @@ def config_from_dict(data: Mapping[str, Any], *, source: str = "config") -> RunC
             values = {}
         if not isinstance(values, Mapping):
             raise ConfigError(f"{source}: section '{section_name}' must be a mapping of keys, got {values!r}")
-        sections[section_name] = _build_section(section_name, cls, values)
+        sections[section_name] = _build_section(section_name, cls, values, source)
     return RunConfig(**sections)
 
 
@@ -156,13 +156,13 @@ def _unknown(dotted: str, key: str, allowed: set[str], source: str, *, what: str
     return f"{source}: unknown {what} '{dotted}'{suggestion}; allowed: {', '.join(sorted(allowed))}"
 
 
-def _build_section(section_name: str, cls: type, values: Mapping[str, Any]) -> Any:
+def _build_section(section_name: str, cls: type, values: Mapping[str, Any], source: str) -> Any:
     hints = typing.get_type_hints(cls)
     allowed = {f.name for f in dataclasses.fields(cls)}
     kwargs = {}
     for key, value in values.items():
         if key not in allowed:
-            raise ConfigError(_unknown(f"{section_name}.{key}", key, allowed, "config"))
+            raise ConfigError(_unknown(f"{section_name}.{key}", key, allowed, source))
         dotted = f"{section_name}.{key}"
         kwargs[key] = _check_value(dotted, hints[key], value)
     return cls(**kwargs)

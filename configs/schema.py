@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from configs.env_config import EnvConfig
+from configs.env_config import ENV_NAMES, EnvConfig
 
 DEVICES = ("auto", "cpu", "cuda")
 LR_SCHEDULES = ("cosine", "constant")
@@ -149,6 +149,7 @@ SECTIONS: dict[str, type] = {
 }
 
 CHOICES: dict[str, tuple[str, ...]] = {
+    "env.name": ENV_NAMES,
     "run.device": DEVICES,
     "trainer.lr_schedule": LR_SCHEDULES,
 }

@@ -60,10 +60,13 @@ def save_checkpoint(run_dir: Path, *, policy: torch.nn.Module, optimizer: torch.
         (tmp / "trainer_state.json").write_text(json.dumps(dataclasses.asdict(state)))
         for path in tmp.iterdir():
             _fsync(path)
-        if final.exists():
-            shutil.rmtree(final)
+        aside = root / f".old-{final.name}"
+        if final.exists():  # re-saving an update: move the old one aside, never delete it first
+            shutil.rmtree(aside, ignore_errors=True)
+            os.rename(final, aside)
         os.rename(tmp, final)
         _fsync(root)
+        shutil.rmtree(aside, ignore_errors=True)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -77,6 +80,10 @@ def list_checkpoints(run_dir: Path) -> list[Path]:
     root = run_dir / "checkpoints"
     if not root.is_dir():
         return []
+    for aside in root.glob(".old-*"):  # a crash between the two renames of a re-save: restore the old one
+        final = root / aside.name[len(".old-"):]
+        if not final.exists():
+            os.rename(aside, final)
     return sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith(PREFIX))
 
 

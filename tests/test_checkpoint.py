@@ -196,16 +196,18 @@ def test_files_are_pickle_free(tmp_path, monkeypatch):
     assert load_checkpoint(path, policy=restored).update == 2
 
 
-@pytest.mark.xfail(strict=True, reason="learner/checkpoint.py save_checkpoint re-saving an existing update "
-                   "(the trainer's final save after an interval save of the same update) does "
-                   "shutil.rmtree(final) before os.rename(tmp, final): a crash between the two leaves no "
-                   "checkpoint for that update (none at all with keep=1, so --resume silently restarts)")
-def test_resave_same_update_is_atomic(tmp_path, monkeypatch):
+@pytest.mark.parametrize("crash_on_rename", [1, 2])
+def test_resave_same_update_is_atomic(tmp_path, monkeypatch, crash_on_rename):
+    """A crash at either rename of a re-save (old aside, new into place) still leaves a checkpoint."""
     policy, optimizer = trained()
     save_checkpoint(tmp_path, policy=policy, optimizer=optimizer, state=state_for(5), keep=1)
+    real_rename, calls = ckpt.os.rename, []
 
     def crash(*args, **kwargs):
-        raise KeyboardInterrupt("killed between rmtree and rename")
+        calls.append(args)
+        if len(calls) == crash_on_rename:
+            raise KeyboardInterrupt("killed mid-save")
+        return real_rename(*args, **kwargs)
 
     monkeypatch.setattr(ckpt.os, "rename", crash)
     with pytest.raises(KeyboardInterrupt):

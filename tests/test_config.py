@@ -329,8 +329,5 @@ def test_run_dir_with_checkpoint_refuses(tmp_path):
 
 
 
-@pytest.mark.xfail(strict=True, reason="configs/schema.py CHOICES has no 'env.name' entry, so env.name=foo "
-                   "passes load_config and only fails later in actors/envs/registry.py; "
-                   "fix: add \"env.name\": ENV_NAMES to CHOICES")
 def test_env_name_choice_is_validated():
     assert "allowed: cartpole, gymnasium" in config_error("env.name=foo")
