@@ -50,6 +50,12 @@ class StepBuffers:
     episode_length: np.ndarray
     """[A] int32 length in steps of the episode that ended."""
 
+    def clear_step_outputs(self) -> None:
+        """Zero rewards, flags, final observations and episode stats (what a reset leaves behind)."""
+        for array in (self.rewards, self.terminated, self.truncated, self.final_obs, self.episode_done,
+                      self.episode_return, self.episode_length):
+            array[:] = 0
+
     @staticmethod
     def allocate(spec: EnvSpec, num_envs: int) -> "StepBuffers":
         """Private (non-shared) buffers, for tests and single-process use."""

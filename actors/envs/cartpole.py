@@ -141,13 +141,7 @@ class CartPoleVec:
         self._returns[:] = 0.0
         self._pool_pos = self._pool_size  # force a refill from the new generator
         buffers.obs[: self.num_envs] = self._state.astype(np.float32)
-        buffers.rewards[:] = 0.0
-        buffers.terminated[:] = False
-        buffers.truncated[:] = False
-        buffers.final_obs[:] = 0.0
-        buffers.episode_done[:] = False
-        buffers.episode_return[:] = 0.0
-        buffers.episode_length[:] = 0
+        buffers.clear_step_outputs()
 
     def step(self, buffers: StepBuffers) -> None:
         """Apply ``buffers.actions`` (0 = push left, 1 = push right); write results; auto-reset ended envs."""

@@ -106,13 +106,7 @@ class GymnasiumVecEnv:
             buffers.obs[i] = self._reset_one(i, seed + i)
         self._returns[:] = 0.0
         self._lengths[:] = 0
-        buffers.rewards[:] = 0.0
-        buffers.terminated[:] = False
-        buffers.truncated[:] = False
-        buffers.final_obs[:] = 0
-        buffers.episode_done[:] = False
-        buffers.episode_return[:] = 0.0
-        buffers.episode_length[:] = 0
+        buffers.clear_step_outputs()
 
     def step(self, buffers: StepBuffers) -> None:
         """Step every env with ``buffers.actions``; write results; auto-reset (unseeded) ended episodes."""
