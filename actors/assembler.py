@@ -15,6 +15,8 @@ Semantics of one step's fields:
   previous transition. The learner's GAE therefore uses ``rewards[t + 1]`` and ``dones[t + 1]`` (and
   ``bootstrap[t + 1]``) for the transition out of step ``t``.
 * ``versions[row]``: the policy version that produced the row's FIRST step.
+* ``states[row]``: the recurrent state the agent's policy had before its forward pass on the row's FIRST
+  step (zero width for feed-forward policies), so the learner can replay the row from the same state.
 
 The hot paths are ``numba.njit`` kernels over the arrays; the class only validates and dispatches.
 """
@@ -33,8 +35,8 @@ _ERR_NO_FREE, _ERR_BAD_AGENT, _ERR_DUP_AGENT, _ERR_BAD_ROW = -1, -2, -3, -4
 
 
 @numba.njit(cache=True)
-def _add_steps_kernel(agent_ids, obs_in, act_in, lp_in, val_in, rew_in, done_in, boot_in, version,
-                      obs, actions, logprobs, values, rewards, dones, bootstrap, versions,
+def _add_steps_kernel(agent_ids, obs_in, act_in, lp_in, val_in, rew_in, done_in, boot_in, state_in, version,
+                      obs, actions, logprobs, values, rewards, dones, bootstrap, versions, states,
                       ep_indices, ep_lengths, free_ring, full_ring, rings, row_state, seen, stamp):
     """Write steps; return rows completed, or a negative error code with NOTHING modified."""
     n = agent_ids.shape[0]
@@ -42,6 +44,7 @@ def _add_steps_kernel(agent_ids, obs_in, act_in, lp_in, val_in, rew_in, done_in,
     horizon = actions.shape[1]
     num_rows = free_ring.shape[0]
     obs_size = obs.shape[2]
+    state_size = states.shape[1]
     needed = 0
     for i in range(n):  # validation pass: nothing is written unless the whole call can succeed
         a = agent_ids[i]
@@ -61,6 +64,8 @@ def _add_steps_kernel(agent_ids, obs_in, act_in, lp_in, val_in, rew_in, done_in,
         t = ep_lengths[a]
         if t == 0:
             versions[row] = version
+            for k in range(state_size):
+                states[row, k] = state_in[i, k]
         for k in range(obs_size):
             obs[row, t, k] = obs_in[i, k]
         actions[row, t] = act_in[i]
@@ -87,6 +92,8 @@ def _add_steps_kernel(agent_ids, obs_in, act_in, lp_in, val_in, rew_in, done_in,
             dones[new, 0] = done_in[i]
             bootstrap[new, 0] = boot_in[i]
             versions[new] = version
+            for k in range(state_size):
+                states[new, k] = state_in[i, k]
             ep_indices[a] = new
             t = 1
             completed += 1
@@ -139,7 +146,7 @@ class RowAssembler:
     """Fixed pool of ``num_rows`` rows of ``horizon`` steps, cycled through FREE and FULL rings."""
 
     def __init__(self, *, num_agents: int, num_rows: int, horizon: int,
-                 obs_shape: tuple[int, ...], obs_dtype: str) -> None:
+                 obs_shape: tuple[int, ...], obs_dtype: str, state_size: int = 0) -> None:
         if num_agents < 1:
             raise ValueError(f"num_agents must be >= 1, got {num_agents}")
         if num_rows < 2 * num_agents:
@@ -160,6 +167,8 @@ class RowAssembler:
         self.dones = np.full((R, H), 0xFF, dtype=np.uint8)
         self.bootstrap = np.full((R, H), np.nan, dtype=np.float32)
         self.versions = np.full(R, -1, dtype=np.int64)
+        self.state_size = int(state_size)
+        self.states = np.full((R, self.state_size), np.nan, dtype=np.float32)
         self.free_ring = np.arange(R, dtype=np.int64)
         self.full_ring = np.full(R, -1, dtype=np.int64)
         self.rings = np.array([0, R, 0, 0], dtype=np.int64)  # free head/count, full head/count
@@ -187,8 +196,11 @@ class RowAssembler:
 
     def add_steps(self, agent_ids: np.ndarray, obs: np.ndarray, actions: np.ndarray,
                   logprobs: np.ndarray, values: np.ndarray, rewards: np.ndarray, dones: np.ndarray,
-                  bootstrap: np.ndarray, version: int) -> int:
+                  bootstrap: np.ndarray, version: int, states: np.ndarray | None = None) -> int:
         """Append one step for each of the distinct ``agent_ids``; return the number of rows completed.
+
+        ``states`` [n, state_size] is each agent's recurrent state before this step's forward pass (only
+        kept where the step opens a row); it may be omitted when ``state_size`` is 0.
 
         All-or-nothing: on error (RuntimeError for an exhausted free ring, ValueError for bad or
         repeated agent ids) no state is modified.
@@ -207,10 +219,15 @@ class RowAssembler:
         for c in cols:
             if c.shape[0] != n:
                 raise ValueError(f"per-step field has {c.shape[0]} entries, expected {n}")
+        if states is None and self.state_size == 0:
+            states = np.empty((n, 0), dtype=np.float32)
+        state_in = np.ascontiguousarray(states, dtype=np.float32)
+        if state_in.shape != (n, self.state_size):
+            raise ValueError(f"states shape {state_in.shape} != {(n, self.state_size)}")
         self._stamp += 1
-        rc = _add_steps_kernel(ids, obs2, *cols, np.int64(version),
+        rc = _add_steps_kernel(ids, obs2, *cols, state_in, np.int64(version),
                                self.obs, self.actions, self.logprobs, self.values, self.rewards,
-                               self.dones, self.bootstrap, self.versions, self.ep_indices,
+                               self.dones, self.bootstrap, self.versions, self.states, self.ep_indices,
                                self.ep_lengths, self.free_ring, self.full_ring, self.rings,
                                self.row_state, self._seen, np.int64(self._stamp))
         if rc == _ERR_NO_FREE:
@@ -253,4 +270,5 @@ class RowAssembler:
             "dones": self.dones[r],
             "bootstrap": self.bootstrap[r],
             "versions": self.versions[r],
+            "states": self.states[r],
         }

@@ -106,11 +106,11 @@ class ActorHost:
         self.slots_per_worker = self.slots_per_group * self.groups
         total_agents = n * self.slots_per_worker
         rows_per_message = config.network.rows_per_message
+        self.inference = Inference(self.spec, config.model, seed=config.run.seed + os.getpid())
         self.assembler = RowAssembler(num_agents=total_agents,
                                       num_rows=2 * total_agents + 2 * rows_per_message,
                                       horizon=trainer.bptt_horizon + 1, obs_shape=self.spec.obs_shape,
-                                      obs_dtype=self.spec.obs_dtype)
-        self.inference = Inference(self.spec, config.model, seed=config.run.seed + os.getpid())
+                                      obs_dtype=self.spec.obs_dtype, state_size=self.inference.policy.state_size)
         self.inference.load(registration.version, registration.weights)
         link.open_streams(registration, hwm=config.network.send_queue_messages,
                           buffer_bytes=config.network.socket_buffer_bytes)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-ENV_NAMES = ("cartpole", "gymnasium")
+ENV_NAMES = ("cartpole", "gymnasium", "probe_truncation", "probe_memory")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -13,7 +13,7 @@ class EnvConfig:
     """Which env to build and its size; shared by actors (which build it) and learner (which reads its spec)."""
 
     name: str = "cartpole"
-    """Env family: 'cartpole' (built-in, numba) or 'gymnasium' (any registered Gymnasium env by gym_id)."""
+    """Env family: cartpole (built-in), gymnasium (by gym_id), or a learner probe: probe_truncation, probe_memory."""
     gym_id: str = "CartPole-v1"
     """Gymnasium env id, used when name is 'gymnasium'."""
     kwargs: dict[str, Any] = field(default_factory=dict)

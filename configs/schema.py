@@ -12,6 +12,7 @@ from configs.env_config import ENV_NAMES, EnvConfig
 
 DEVICES = ("auto", "cpu", "cuda")
 LR_SCHEDULES = ("cosine", "constant")
+MODEL_CORES = ("mlp", "lstm")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -100,6 +101,10 @@ class ModelSection:
     """Width of each hidden layer."""
     num_layers: int = 2
     """Hidden layers of the MLP torso."""
+    core: str = "mlp"
+    """Policy core: mlp (feed-forward) or lstm (an LSTM after the torso, trained by BPTT over rows)."""
+    shared_torso: bool = False
+    """One torso for both heads (true) or a separate critic torso (false: value targets cannot swamp the policy)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -152,4 +157,5 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "env.name": ENV_NAMES,
     "run.device": DEVICES,
     "trainer.lr_schedule": LR_SCHEDULES,
+    "model.core": MODEL_CORES,
 }

@@ -64,10 +64,11 @@ class Ingest(threading.Thread):
     """The data socket's only user: PULL bound at ``endpoint``; fills batches of ``segments`` rows."""
 
     def __init__(self, *, context: zmq.Context, endpoint: str, segments: int, obs_shape: tuple[int, ...],
-                 obs_dtype: str, horizon: int, max_policy_lag: int, hwm: int, buffer_bytes: int, limits: Limits,
-                 stop: threading.Event) -> None:
+                 obs_dtype: str, horizon: int, state_size: int, max_policy_lag: int, hwm: int, buffer_bytes: int,
+                 limits: Limits, stop: threading.Event) -> None:
         super().__init__(name="ingest", daemon=True)
-        self.specs = row_array_specs(obs_shape=obs_shape, obs_dtype=obs_dtype, horizon=horizon)
+        self.specs = row_array_specs(obs_shape=obs_shape, obs_dtype=obs_dtype, horizon=horizon,
+                                     state_size=state_size)
         self.segments = segments
         self.max_policy_lag = max_policy_lag
         self.limits = limits

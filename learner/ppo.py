@@ -38,6 +38,8 @@ class RowBatch:
     """[S, T+1] 1.0 where the episode ended on the transition into this step."""
     bootstrap: torch.Tensor
     """[S, T+1] value of the final obs of a truncated episode (0 elsewhere)."""
+    states: torch.Tensor
+    """[S, policy.state_size] recurrent state the actor had before its forward pass on step 0."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,14 +67,15 @@ def sampling_probs(advantages: torch.Tensor, prio_alpha: float) -> torch.Tensor:
 
 
 @torch.no_grad()
-def current_logprobs(policy: nn.Module, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-    """log pi_current(a|s) for [S, T] steps, in chunks to bound memory."""
+def current_logprobs(policy: nn.Module, obs: torch.Tensor, actions: torch.Tensor, dones: torch.Tensor,
+                     states: torch.Tensor) -> torch.Tensor:
+    """log pi_current(a|s) for [S, T] steps, in chunks of rows to bound memory."""
     out = torch.empty(actions.shape, device=actions.device)
     for start in range(0, obs.shape[0], INFERENCE_CHUNK_ROWS):
-        logits, _ = policy(obs[start:start + INFERENCE_CHUNK_ROWS])
+        rows = slice(start, start + INFERENCE_CHUNK_ROWS)
+        logits, _ = policy.forward_rows(obs[rows], dones[rows], states[rows])
         logp = torch.log_softmax(logits, dim=-1)
-        out[start:start + INFERENCE_CHUNK_ROWS] = logp.gather(
-            -1, actions[start:start + INFERENCE_CHUNK_ROWS].unsqueeze(-1)).squeeze(-1)
+        out[rows] = logp.gather(-1, actions[rows].unsqueeze(-1)).squeeze(-1)
     return out
 
 
@@ -85,8 +88,9 @@ def ppo_update(policy: nn.Module, optimizer: torch.optim.Optimizer, batch: RowBa
     actions = batch.actions[:, :horizon]
     old_logprobs = batch.logprobs[:, :horizon]
     old_values = batch.values[:, :horizon]
+    step_dones = batch.dones[:, :horizon]
 
-    ratios = torch.exp(current_logprobs(policy, obs, actions) - old_logprobs)
+    ratios = torch.exp(current_logprobs(policy, obs, actions, step_dones, batch.states) - old_logprobs)
     rewards = batch.rewards + trainer.gamma * batch.bootstrap
     advantages = compute_advantages(batch.values, rewards, batch.dones, ratios, gamma=trainer.gamma,
                                     gae_lambda=trainer.gae_lambda, rho_clip=trainer.vtrace_rho_clip,
@@ -104,7 +108,7 @@ def ppo_update(policy: nn.Module, optimizer: torch.optim.Optimizer, batch: RowBa
             idx = torch.multinomial(probs, plan.minibatch_segments, replacement=False, generator=generator)
             is_weights = (plan.segments * probs[idx]) ** (-schedule.anneal_beta)
 
-            logits, newvalue = policy(obs[idx])
+            logits, newvalue = policy.forward_rows(obs[idx], step_dones[idx], batch.states[idx])
             logp_all = torch.log_softmax(logits, dim=-1)
             newlogprob = logp_all.gather(-1, actions[idx].unsqueeze(-1)).squeeze(-1)
             entropy = -(logp_all.exp() * logp_all).sum(-1)

@@ -62,7 +62,8 @@ def to_batch(buffers: BatchBuffers, device: torch.device) -> RowBatch:
 
     return RowBatch(obs=move(a["obs"]), actions=move(a["actions"], torch.int64), logprobs=move(a["logprobs"]),
                     values=move(a["values"]), rewards=move(a["rewards"]),
-                    dones=move(a["dones"], torch.float32), bootstrap=move(a["bootstrap"]))
+                    dones=move(a["dones"], torch.float32), bootstrap=move(a["bootstrap"]),
+                    states=move(a["states"]))
 
 
 class Learner:
@@ -116,7 +117,7 @@ class Learner:
                                 peer_timeout_s=net.peer_timeout_s, limits=limits, stop=threads_stop)
         ingest = Ingest(context=context, endpoint=data_ep.url, segments=self.plan.segments,
                         obs_shape=self.spec.obs_shape, obs_dtype=self.spec.obs_dtype,
-                        horizon=self.config.trainer.bptt_horizon + 1,
+                        horizon=self.config.trainer.bptt_horizon + 1, state_size=self.policy.state_size,
                         max_policy_lag=self.config.trainer.max_policy_lag,
                         hwm=net.send_queue_messages, buffer_bytes=net.socket_buffer_bytes, limits=limits,
                         stop=threads_stop)

@@ -22,29 +22,44 @@ def _layer(inputs: int, outputs: int, gain: float) -> nn.Linear:
     return linear
 
 
+def _torso(inputs: int, model: ModelSection) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    width = inputs
+    for _ in range(model.num_layers):
+        layers += [_layer(width, model.hidden_size, math.sqrt(2)), nn.Tanh()]
+        width = model.hidden_size
+    return nn.Sequential(*layers)
+
+
 class MLPPolicy(nn.Module):
-    """Shared-torso actor-critic: observation -> (action logits, value)."""
+    """Actor-critic: observation -> (action logits, value); one torso or one per head (model.shared_torso)."""
 
     def __init__(self, spec: EnvSpec, model: ModelSection) -> None:
         super().__init__()
         self.obs_size = int(np.prod(spec.obs_shape))
         self.obs_ndim = len(spec.obs_shape)
         self.obs_scale = 1.0 / 255.0 if np.dtype(spec.obs_dtype) == np.uint8 else 1.0
-        layers: list[nn.Module] = []
-        width = self.obs_size
-        for _ in range(model.num_layers):
-            layers += [_layer(width, model.hidden_size, math.sqrt(2)), nn.Tanh()]
-            width = model.hidden_size
-        self.torso = nn.Sequential(*layers)
+        width = model.hidden_size if model.num_layers else self.obs_size
+        self.torso = _torso(self.obs_size, model)
+        self.critic_torso = None if model.shared_torso else _torso(self.obs_size, model)
         self.actor = _layer(width, spec.num_actions, 0.01)
         self.critic = _layer(width, 1, 1.0)
+
+    state_size = 0
+    """Floats of recurrent state per agent (none: feed-forward)."""
+
+    def forward_rows(self, obs: torch.Tensor, dones: torch.Tensor,
+                     state0: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rows [S, T, *obs_shape] -> logits [S, T, A], values [S, T]; dones and state0 [S, 0] are unused."""
+        return self(obs)
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """obs [..., *obs_shape] in its env dtype -> logits [..., num_actions], value [...]."""
         lead = obs.shape[: obs.dim() - self.obs_ndim]
         flat = obs.reshape(*lead, self.obs_size).to(torch.float32) * self.obs_scale
         hidden = self.torso(flat)
-        return self.actor(hidden), self.critic(hidden).squeeze(-1)
+        critic_hidden = hidden if self.critic_torso is None else self.critic_torso(flat)
+        return self.actor(hidden), self.critic(critic_hidden).squeeze(-1)
 
 
 def make_policy(spec: EnvSpec, model: ModelSection) -> MLPPolicy:

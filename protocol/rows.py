@@ -15,11 +15,17 @@ ROW_STEP_FIELDS: dict[str, str] = {
 """Per-step fields of a row other than obs, with their wire dtypes."""
 
 
-def row_array_specs(*, obs_shape: tuple[int, ...], obs_dtype: str, horizon: int) -> dict[str, ArraySpec]:
-    """Array specs of a ROWS message for rows of ``horizon`` (= bptt_horizon + 1) steps."""
+def row_array_specs(*, obs_shape: tuple[int, ...], obs_dtype: str, horizon: int,
+                    state_size: int = 0) -> dict[str, ArraySpec]:
+    """Array specs of a ROWS message for rows of ``horizon`` (= bptt_horizon + 1) steps.
+
+    ``states`` [rows, state_size] is the policy's recurrent state before step 0 of each row (width 0 for
+    feed-forward policies).
+    """
     specs = {"obs": ArraySpec(dtype=obs_dtype, shape=(-1, horizon, *obs_shape))}
     for name, dtype in ROW_STEP_FIELDS.items():
         finite = dtype.startswith("float")
         specs[name] = ArraySpec(dtype=dtype, shape=(-1, horizon), allow_nonfinite=not finite)
     specs["versions"] = ArraySpec(dtype="int64", shape=(-1,))
+    specs["states"] = ArraySpec(dtype="float32", shape=(-1, state_size))
     return specs

@@ -111,7 +111,7 @@ def test_unknown_key_names_key_hint_and_allowed(tmp_path):
     assert "allowed:" in msg and "batch_size" in msg and "gae_lambda" in msg
     msg = config_error(path=write(tmp_path, "model:\n  hiden_size: 3\n"))
     assert "unknown key 'model.hiden_size'" in msg and "did you mean 'hidden_size'" in msg
-    assert "allowed: hidden_size, num_layers" in msg
+    assert "allowed: core, hidden_size, num_layers, shared_torso" in msg
     assert str(tmp_path / "run.yaml") in msg  # the source file is named
 
 
