@@ -112,6 +112,11 @@ def _check_constraints(trainer: TrainerSection, *, segments: int, minibatch_segm
             f"must be divisible by minibatch_segments ({minibatch_segments} = minibatch_size "
             f"{trainer.minibatch_size} // bptt_horizon {trainer.bptt_horizon}): remainder "
             f"{segments % minibatch_segments}")
+    num_minibatches = segments // minibatch_segments
+    if num_minibatches % trainer.gradient_accumulation != 0:
+        raise PlanError(
+            f"trainer.gradient_accumulation ({trainer.gradient_accumulation}) must divide the minibatches per "
+            f"epoch ({num_minibatches} = segments {segments} // minibatch_segments {minibatch_segments})")
 
 
 def format_plan(plan: BatchPlan) -> str:

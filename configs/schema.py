@@ -11,7 +11,9 @@ from dataclasses import dataclass, field
 from configs.env_config import ENV_NAMES, EnvConfig
 
 DEVICES = ("auto", "cpu", "cuda")
-LR_SCHEDULES = ("cosine", "constant")
+SCHEDULES = ("constant", "cosine", "linear", "logarithmic")
+OPTIMIZERS = ("adam", "adamw")
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
 MODEL_CORES = ("mlp", "lstm")
 
 
@@ -82,11 +84,43 @@ class TrainerSection:
     learning_rate: float = 0.000457
     """Initial learning rate."""
     min_learning_rate: float = 0.00003
-    """Final learning rate of the cosine schedule."""
+    """Final learning rate of a decaying schedule."""
     lr_schedule: str = "cosine"
-    """Learning-rate schedule: cosine or constant."""
+    """Learning-rate schedule: constant, cosine, linear (seeds/003 annealing) or logarithmic."""
+    ent_coef_schedule: str = "linear"
+    """Entropy-coefficient schedule (from ent_coef to min_ent_coef): constant, cosine, linear or logarithmic."""
+    min_ent_coef: float = 0.0
+    """Final entropy coefficient of a decaying schedule."""
+    clip_coef_schedule: str = "logarithmic"
+    """PPO-clip schedule (from clip_coef to min_clip_coef): constant, cosine, linear or logarithmic."""
+    min_clip_coef: float = 0.05
+    """Final (floor) clip coefficient of a decaying schedule."""
+    log_schedule_decay: float = 0.1
+    """Decay rate of every logarithmic schedule: max(min, initial * exp(-decay * progress))."""
+    optimizer: str = "adam"
+    """Optimizer: adam or adamw (decoupled weight decay, seeds/003)."""
     adam_eps: float = 1e-8
     """Adam epsilon."""
+    weight_decay: float = 0.0
+    """Weight decay: decoupled with adamw, an L2 term with adam."""
+    gradient_accumulation: int = 1
+    """Minibatches whose gradients are averaged before one optimizer step (must divide num_minibatches)."""
+    kl_divergence_coef_rho: float = 0.0
+    """Coefficient of the KL(pi || pi_ref) penalty to a reference policy (0 = off; seeds/003)."""
+    coef_rho_decay: float = 1.0
+    """The KL coefficient is multiplied by this after every update."""
+    enable_ref_update: bool = False
+    """Refresh the reference policy from the current one every ref_update_interval updates."""
+    ref_update_interval: int = 100
+    """Updates between reference refreshes (when enable_ref_update)."""
+    vf_warmup: int = 0
+    """First updates that optimise only the value loss (plus the KL penalty if on)."""
+    zero_initial_vf: bool = False
+    """Initialise the value head's weights and bias to zero."""
+    compile: bool = False
+    """torch.compile the learner's policy forward and loss."""
+    compile_mode: str = "default"
+    """torch.compile mode: default, reduce-overhead or max-autotune."""
     max_policy_lag: int = 8
     """Rows whose behaviour policy is more than this many versions old are dropped and counted."""
     target_episode_return: float | None = None
@@ -156,6 +190,10 @@ SECTIONS: dict[str, type] = {
 CHOICES: dict[str, tuple[str, ...]] = {
     "env.name": ENV_NAMES,
     "run.device": DEVICES,
-    "trainer.lr_schedule": LR_SCHEDULES,
+    "trainer.lr_schedule": SCHEDULES,
+    "trainer.ent_coef_schedule": SCHEDULES,
+    "trainer.clip_coef_schedule": SCHEDULES,
+    "trainer.optimizer": OPTIMIZERS,
+    "trainer.compile_mode": COMPILE_MODES,
     "model.core": MODEL_CORES,
 }

@@ -1,7 +1,8 @@
 """Atomic, pickle-free checkpoints: safetensors for tensors, JSON for everything else.
 
 A checkpoint is a directory ``checkpoints/update_000042/`` holding ``model.safetensors``,
-``optimizer.safetensors``, ``optimizer.json`` and ``trainer_state.json``. It is written into a hidden
+``optimizer.safetensors``, ``optimizer.json``, ``trainer_state.json`` and, when a KL-penalty reference
+policy is in use, ``reference.safetensors``. It is written into a hidden
 temporary directory, every file fsynced, then renamed into place (rename is atomic), so a crash leaves
 either the old set or the new one, never half a checkpoint. The last ``keep`` are kept.
 """
@@ -45,15 +46,16 @@ class TrainerState:
 
 
 def save_checkpoint(run_dir: Path, *, policy: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                    state: TrainerState, keep: int) -> Path:
+                    state: TrainerState, keep: int, reference: torch.nn.Module | None = None) -> Path:
     """Write a checkpoint atomically and prune old ones; returns its directory."""
     root = run_dir / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"{PREFIX}{state.update:08d}"
     tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root))
     try:
-        save_file({k: v.detach().cpu().contiguous().numpy() for k, v in policy.state_dict().items()},
-                  str(tmp / "model.safetensors"))
+        save_file(_module_arrays(policy), str(tmp / "model.safetensors"))
+        if reference is not None:
+            save_file(_module_arrays(reference), str(tmp / "reference.safetensors"))
         tensors, meta = _flatten_optimizer(optimizer.state_dict())
         save_file(tensors, str(tmp / "optimizer.safetensors"))
         (tmp / "optimizer.json").write_text(json.dumps(meta))
@@ -87,16 +89,27 @@ def list_checkpoints(run_dir: Path) -> list[Path]:
     return sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith(PREFIX))
 
 
-def load_checkpoint(path: Path, *, policy: torch.nn.Module,
-                    optimizer: torch.optim.Optimizer | None = None) -> TrainerState:
-    """Load weights (and optimiser state) into the given objects; returns the trainer state."""
-    arrays = load_file(str(path / "model.safetensors"))
-    policy.load_state_dict({k: torch.from_numpy(v) for k, v in arrays.items()}, strict=True)
+def load_checkpoint(path: Path, *, policy: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None,
+                    reference: torch.nn.Module | None = None) -> TrainerState:
+    """Load weights (and optimiser state, and the reference policy where one was saved) into the given
+    objects; returns the trainer state."""
+    _load_module(policy, path / "model.safetensors")
+    if reference is not None and (path / "reference.safetensors").exists():
+        _load_module(reference, path / "reference.safetensors")
     if optimizer is not None:
         meta = json.loads((path / "optimizer.json").read_text())
         tensors = load_file(str(path / "optimizer.safetensors"))
         optimizer.load_state_dict(_unflatten_optimizer(tensors, meta))
     return TrainerState(**json.loads((path / "trainer_state.json").read_text()))
+
+
+def _module_arrays(module: torch.nn.Module) -> dict[str, np.ndarray]:
+    return {k: v.detach().cpu().contiguous().numpy() for k, v in module.state_dict().items()}
+
+
+def _load_module(module: torch.nn.Module, path: Path) -> None:
+    arrays = load_file(str(path))
+    module.load_state_dict({k: torch.from_numpy(v) for k, v in arrays.items()}, strict=True)
 
 
 def _flatten_optimizer(state_dict: dict[str, Any]) -> tuple[dict[str, np.ndarray], dict[str, Any]]:

@@ -1,4 +1,4 @@
-"""One PPO update over a batch of rows, exactly as seeds/000 writes it (CleanRL naming).
+"""One PPO update over a batch of rows, exactly as seeds/000 writes it (the losses: learner/losses.py).
 
 Which forward pass gives pi_current for the V-trace ratios: the learner's policy *at the start of the
 update*, on the whole batch, before any gradient step. That is the policy the advantages are computed
@@ -8,6 +8,7 @@ the actors recorded, which is what the clip must bound.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -16,6 +17,10 @@ from torch import nn
 from configs.plan import BatchPlan
 from configs.schema import TrainerSection
 from learner.advantage import compute_advantages
+from learner.losses import Minibatch, minibatch_losses
+from learner.schedules import UpdateSchedule
+
+LossFn = Callable[..., dict[str, torch.Tensor]]
 
 INFERENCE_CHUNK_ROWS = 1024
 
@@ -42,28 +47,20 @@ class RowBatch:
     """[S, policy.state_size] recurrent state the actor had before its forward pass on step 0."""
 
 
-@dataclass(frozen=True, kw_only=True)
-class UpdateSchedule:
-    """The scheduled values in force for one update."""
-
-    learning_rate: float
-    """Optimiser learning rate."""
-    anneal_beta: float
-    """Importance-sampling exponent."""
-
-
-def anneal_beta(trainer: TrainerSection, epoch: int, total_epochs: int) -> float:
-    """beta0 + (1 - beta0) * prio_alpha * epoch / total_epochs, as seeds/000 writes it."""
-    return trainer.prio_beta0 + (1 - trainer.prio_beta0) * trainer.prio_alpha * epoch / max(1, total_epochs)
-
-
 def sampling_probs(advantages: torch.Tensor, prio_alpha: float) -> torch.Tensor:
-    """Row sampling probabilities: (|A| summed over time) ** alpha, exactly uniform when alpha is 0."""
+    """Row sampling probabilities of seeds/000: (|A| summed over time) ** alpha, normalised with its 1e-6.
+
+    prio_alpha 0 is exactly uniform. When every advantage is 0 the seed's formula would give every row
+    probability 1 (and IS weights of segments ** -beta); that degenerate case is uniform instead.
+    """
     segments = advantages.shape[0]
+    uniform = torch.full((segments,), 1.0 / segments, device=advantages.device)
     if prio_alpha == 0.0:
-        return torch.full((segments,), 1.0 / segments, device=advantages.device)
+        return uniform
     prio_weights = advantages.abs().sum(dim=1) ** prio_alpha
-    return (prio_weights + 1e-6) / (prio_weights.sum() + 1e-6)
+    total = prio_weights.sum()
+    probs = (prio_weights + 1e-6) / (total + 1e-6)
+    return torch.where(total > 0, probs, uniform)
 
 
 @torch.no_grad()
@@ -80,9 +77,14 @@ def current_logprobs(policy: nn.Module, obs: torch.Tensor, actions: torch.Tensor
 
 
 def ppo_update(policy: nn.Module, optimizer: torch.optim.Optimizer, batch: RowBatch, *,
-               trainer: TrainerSection, plan: BatchPlan, schedule: UpdateSchedule,
-               generator: torch.Generator) -> dict[str, float]:
-    """Advantages, prioritized minibatches, clipped losses, gradient steps; returns the update's metrics."""
+               trainer: TrainerSection, plan: BatchPlan, schedule: UpdateSchedule, generator: torch.Generator,
+               reference: nn.Module | None = None, loss_fn: LossFn = minibatch_losses) -> dict[str, float]:
+    """Advantages, prioritized minibatches, clipped losses, gradient steps; returns the update's metrics.
+
+    ``reference`` is the KL-penalty policy (used when schedule.kl_coef > 0); ``loss_fn`` may be a compiled
+    ``minibatch_losses``. Loss statistics stay on the device until the end: one host sync per optimizer
+    step (to skip a non-finite gradient) and one batch of syncs per update.
+    """
     horizon = batch.actions.shape[1] - 1
     obs = batch.obs[:, :horizon]
     actions = batch.actions[:, :horizon]
@@ -97,71 +99,51 @@ def ppo_update(policy: nn.Module, optimizer: torch.optim.Optimizer, batch: RowBa
                                     c_clip=trainer.vtrace_c_clip).to(obs.device)
     returns = advantages + old_values
     probs = sampling_probs(advantages, trainer.prio_alpha)
+    coefs = torch.tensor([schedule.clip_coef, trainer.vf_clip_coef, schedule.ent_coef, trainer.vf_coef,
+                          schedule.kl_coef], dtype=torch.float32, device=obs.device)
+    use_reference = reference if schedule.kl_coef > 0 else None
 
     for group in optimizer.param_groups:
         group["lr"] = schedule.learning_rate
-    sums = {k: 0.0 for k in ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "grad_norm",
-                             "is_weight_mean")}
+    accumulation = trainer.gradient_accumulation
+    terms: list[dict[str, torch.Tensor]] = []
+    sampled_weights: list[torch.Tensor] = []
+    grad_norms: list[torch.Tensor] = []
     steps = skipped = 0
+    optimizer.zero_grad(set_to_none=True)
     for _epoch in range(trainer.update_epochs):
-        for _ in range(plan.num_minibatches):
+        for minibatch in range(plan.num_minibatches):
             idx = torch.multinomial(probs, plan.minibatch_segments, replacement=False, generator=generator)
             is_weights = (plan.segments * probs[idx]) ** (-schedule.anneal_beta)
-
-            logits, newvalue = policy.forward_rows(obs[idx], step_dones[idx], batch.states[idx])
-            logp_all = torch.log_softmax(logits, dim=-1)
-            newlogprob = logp_all.gather(-1, actions[idx].unsqueeze(-1)).squeeze(-1)
-            entropy = -(logp_all.exp() * logp_all).sum(-1)
-            logratio = newlogprob - old_logprobs[idx]
-            ratio = logratio.exp()
-            with torch.no_grad():
-                approx_kl = ((ratio - 1) - logratio).mean()
-                clipfrac = ((ratio - 1.0).abs() > trainer.clip_coef).float().mean()
-
-            mb_advantages = advantages[idx]
-            if trainer.norm_adv:
-                mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
-            mb_advantages = is_weights.unsqueeze(1) * mb_advantages
-
-            pg_loss1 = -mb_advantages * ratio
-            pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - trainer.clip_coef, 1 + trainer.clip_coef)
-            pg_loss = torch.max(pg_loss1, pg_loss2).mean()
-
-            mb_returns, mb_old_values = returns[idx], old_values[idx]
-            if trainer.clip_vloss:
-                v_loss_unclipped = (newvalue - mb_returns) ** 2
-                v_clipped = mb_old_values + torch.clamp(newvalue - mb_old_values, -trainer.vf_clip_coef,
-                                                        trainer.vf_clip_coef)
-                v_loss = torch.max(v_loss_unclipped, (v_clipped - mb_returns) ** 2).mean()
-            else:
-                v_loss = ((newvalue - mb_returns) ** 2).mean()
-            entropy_loss = -entropy.mean()
-            loss = pg_loss + trainer.vf_coef * v_loss + trainer.ent_coef * entropy_loss
-
-            if not torch.isfinite(loss):
-                skipped += 1
-                optimizer.zero_grad(set_to_none=True)
+            mb = Minibatch(obs=obs[idx], actions=actions[idx], dones=step_dones[idx], states=batch.states[idx],
+                           old_logprobs=old_logprobs[idx], old_values=old_values[idx],
+                           advantages=advantages[idx], returns=returns[idx], is_weights=is_weights)
+            out = loss_fn(policy, use_reference, mb, coefs, norm_adv=trainer.norm_adv,
+                          clip_vloss=trainer.clip_vloss, vf_warmup=schedule.vf_warmup)
+            (out["loss"] / accumulation).backward()  # gradients of `accumulation` minibatches are averaged
+            terms.append({k: v.detach() for k, v in out.items()})
+            sampled_weights.append(is_weights)
+            if (minibatch + 1) % accumulation:
                 continue
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
             grad_norm = nn.utils.clip_grad_norm_(policy.parameters(), trainer.max_grad_norm)
-            if not torch.isfinite(grad_norm):
+            if torch.isfinite(grad_norm):  # a NaN/inf loss or gradient skips the step, never the weights
+                optimizer.step()
+                steps += 1
+                grad_norms.append(grad_norm)
+            else:
                 skipped += 1
-                optimizer.zero_grad(set_to_none=True)
-                continue
-            optimizer.step()
-            steps += 1
-            for key, value in (("policy_loss", pg_loss), ("value_loss", v_loss), ("entropy", -entropy_loss),
-                               ("approx_kl", approx_kl), ("clipfrac", clipfrac), ("grad_norm", grad_norm),
-                               ("is_weight_mean", is_weights.mean())):
-                sums[key] += float(value.detach())
+            optimizer.zero_grad(set_to_none=True)
 
-    metrics = {k: v / max(1, steps) for k, v in sums.items()}
+    metrics = {k: float(torch.stack([t[k] for t in terms]).mean()) for k in terms[0] if k != "loss"}
+    metrics["total_loss"] = float(torch.stack([t["loss"] for t in terms]).mean())
+    weights = torch.cat(sampled_weights)
+    metrics.update(is_weight_mean=float(weights.mean()), is_weight_min=float(weights.min()),
+                   is_weight_max=float(weights.max()))
+    metrics["grad_norm"] = float(torch.stack(grad_norms).mean()) if grad_norms else float("nan")
     metrics["explained_variance"] = explained_variance(old_values, returns)
     metrics["gradient_steps"] = float(steps)
     metrics["skipped_steps"] = float(skipped)
-    metrics["learning_rate"] = schedule.learning_rate
-    metrics["anneal_beta"] = schedule.anneal_beta
+    metrics.update(schedule.as_metrics())
     metrics["advantage_mean"] = float(advantages.mean())
     metrics["ratio_mean"] = float(ratios.mean())
     return metrics

@@ -7,6 +7,7 @@ the final checkpoint is written and actor hosts are told to exit.
 
 from __future__ import annotations
 
+import copy
 import logging
 import queue
 import signal
@@ -23,13 +24,14 @@ import zmq
 from actors.envs.registry import env_spec
 from configs.loader import config_to_dict
 from configs.plan import make_plan
-from configs.schema import RunConfig
+from configs.schema import RunConfig, TrainerSection
 from learner.checkpoint import TrainerState, list_checkpoints, load_checkpoint, save_checkpoint
 from learner.control import ControlServer
 from learner.ingest import BatchBuffers, Ingest
 from learner.metrics_log import MetricsLog
-from learner.ppo import RowBatch, UpdateSchedule, anneal_beta, ppo_update
-from learner.schedules import learning_rate
+from learner.losses import minibatch_losses
+from learner.ppo import RowBatch, ppo_update
+from learner.schedules import schedule_for
 from learner.weights import WeightsPublisher
 from policies.mlp import make_policy, state_arrays
 from protocol import Limits
@@ -66,6 +68,27 @@ def to_batch(buffers: BatchBuffers, device: torch.device) -> RowBatch:
                     states=move(a["states"]))
 
 
+def make_optimizer(policy: torch.nn.Module, trainer: TrainerSection) -> torch.optim.Optimizer:
+    """Adam or AdamW (seeds/003) with the configured epsilon and weight decay."""
+    kind = torch.optim.AdamW if trainer.optimizer == "adamw" else torch.optim.Adam
+    return kind(policy.parameters(), lr=trainer.learning_rate, eps=trainer.adam_eps,
+                weight_decay=trainer.weight_decay)
+
+
+def zero_value_head(policy: torch.nn.Module) -> None:
+    """zero_initial_vf (seeds/003): the value head starts at exactly 0."""
+    with torch.no_grad():
+        policy.critic.weight.zero_()
+        policy.critic.bias.zero_()
+
+
+def make_reference(policy: torch.nn.Module) -> torch.nn.Module:
+    """A frozen copy of the policy for the KL penalty."""
+    reference = copy.deepcopy(policy)
+    reference.requires_grad_(False)
+    return reference
+
+
 class Learner:
     """Owns every learner component for one run."""
 
@@ -77,14 +100,20 @@ class Learner:
         self.device = resolve_device(config.run.device)
         self.spec = env_spec(config.env)
         self.plan = make_plan(config.trainer, num_agents=config.env.num_agents)
+        trainer = config.trainer
         self.policy = make_policy(self.spec, config.model).to(self.device)
-        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=config.trainer.learning_rate,
-                                          eps=config.trainer.adam_eps)
+        if trainer.zero_initial_vf:
+            zero_value_head(self.policy)
+        self.optimizer = make_optimizer(self.policy, trainer)
+        self.reference = make_reference(self.policy) if trainer.kl_divergence_coef_rho > 0 else None
+        self.loss_fn = (torch.compile(minibatch_losses, mode=trainer.compile_mode) if trainer.compile
+                        else minibatch_losses)
         self.state = TrainerState()
         if resume:
             checkpoints = list_checkpoints(run_dir)
             if checkpoints:
-                self.state = load_checkpoint(checkpoints[-1], policy=self.policy, optimizer=self.optimizer)
+                self.state = load_checkpoint(checkpoints[-1], policy=self.policy, optimizer=self.optimizer,
+                                             reference=self.reference)
                 LOG.info("resumed from %s (update %d, %d env steps)", checkpoints[-1].name,
                          self.state.update, self.state.env_steps)
         self.generator = torch.Generator(device=self.device)
@@ -92,6 +121,10 @@ class Learner:
         self.stop = threading.Event()
         self.stop_reason = ""
         self.metrics = MetricsLog(run_dir / "metrics.jsonl")
+
+    def _save(self) -> None:
+        save_checkpoint(self.run_dir, policy=self.policy, optimizer=self.optimizer, state=self.state,
+                        keep=self.config.run.keep_checkpoints, reference=self.reference)
 
     def request_stop(self, reason: str) -> None:
         """Ask the main loop to finish (signal handlers call this)."""
@@ -132,8 +165,7 @@ class Learner:
         try:
             exit_code = self._train(control, ingest, publisher)
         finally:
-            save_checkpoint(self.run_dir, policy=self.policy, optimizer=self.optimizer, state=self.state,
-                            keep=self.config.run.keep_checkpoints)
+            self._save()
             self._shutdown_actors(control, publisher)
             threads_stop.set()
             control.join(timeout=5)
@@ -161,17 +193,18 @@ class Learner:
             except queue.Empty:  # keep checking for stop requests
                 continue
             batch = to_batch(ingest.buffers[index], self.device)
-            schedule = UpdateSchedule(
-                learning_rate=learning_rate(trainer.lr_schedule, trainer.learning_rate,
-                                            trainer.min_learning_rate, self.state.update, plan.total_epochs),
-                anneal_beta=anneal_beta(trainer, self.state.update, plan.total_epochs))
+            schedule = schedule_for(trainer, self.state.update, plan.total_epochs)
             update_started = time.monotonic()
             metrics = ppo_update(self.policy, self.optimizer, batch, trainer=trainer, plan=plan,
-                                 schedule=schedule, generator=self.generator)
+                                 schedule=schedule, generator=self.generator, reference=self.reference,
+                                 loss_fn=self.loss_fn)
             ingest.free.put(index)
             update_s = time.monotonic() - update_started
             self.state.update += 1
             self.state.policy_version += 1
+            if (self.reference is not None and trainer.enable_ref_update
+                    and self.state.update % trainer.ref_update_interval == 0):
+                self.reference.load_state_dict(self.policy.state_dict())
             ingest.policy_version = self.state.policy_version
             weights = state_arrays(self.policy)
             publisher.publish(self.state.policy_version, weights)
@@ -212,8 +245,7 @@ class Learner:
             last_steps, last_time = self.state.env_steps, now
             self.metrics.write(record)
             if self.state.update % self.config.run.checkpoint_interval == 0:
-                save_checkpoint(self.run_dir, policy=self.policy, optimizer=self.optimizer, state=self.state,
-                                keep=self.config.run.keep_checkpoints)
+                self._save()
             target = trainer.target_episode_return
             if target is not None and len(returns) >= 100 and np.mean(returns) >= target:
                 print(f"learner: solved: mean return {np.mean(returns):.1f} over the last 100 episodes "

@@ -135,12 +135,21 @@ def test_wrong_type(override, expected):
 
 def test_bad_choice_lists_choices():
     assert "run.device: 'gpu' is not allowed; allowed: auto, cpu, cuda" in config_error("run.device=gpu")
-    assert "allowed: cosine, constant" in config_error("trainer.lr_schedule=linear")
+    for key in ("lr_schedule", "ent_coef_schedule", "clip_coef_schedule"):
+        msg = config_error(f"trainer.{key}=exponential")
+        assert f"trainer.{key}: 'exponential' is not allowed; allowed: constant, cosine, linear, logarithmic" in msg
+    assert "allowed: adam, adamw" in config_error("trainer.optimizer=sgd")
+    assert "allowed: default, reduce-overhead, max-autotune" in config_error("trainer.compile_mode=fast")
+    assert "allowed: mlp, lstm" in config_error("model.core=gru")
     assert defaults("run.device=cpu").run.device == "cpu"
 
 
 @pytest.mark.parametrize("override, expected", [
     ("trainer.gamma=1.5", "trainer.gamma: 1.5 is out of range; allowed: > 0.0 and <= 1.0"),
+    ("trainer.gradient_accumulation=0", "trainer.gradient_accumulation: 0 is out of range; allowed: >= 1"),
+    ("trainer.coef_rho_decay=1.5", "trainer.coef_rho_decay: 1.5 is out of range; allowed: >= 0.0 and <= 1.0"),
+    ("trainer.kl_divergence_coef_rho=-1", "trainer.kl_divergence_coef_rho: -1.0 is out of range; allowed: >= 0.0"),
+    ("trainer.vf_warmup=-2", "trainer.vf_warmup: -2 is out of range; allowed: >= 0"),
     ("trainer.gamma=0", "trainer.gamma: 0.0 is out of range; allowed: > 0.0 and <= 1.0"),
     ("trainer.batch_size=0", "trainer.batch_size: 0 is out of range; allowed: >= 1"),
     ("trainer.gae_lambda=-0.1", "trainer.gae_lambda: -0.1 is out of range"),
@@ -218,6 +227,15 @@ def test_constraint_minibatch_divisible_by_horizon():
         make_plan(defaults("trainer.minibatch_size=16001").trainer, num_agents=1)
     msg = str(info.value)
     assert "trainer.minibatch_size (16001) must be divisible by trainer.bptt_horizon (64): remainder 1" in msg
+
+
+def test_constraint_gradient_accumulation_divides_minibatches():
+    # defaults: 8192 segments // 256 minibatch segments = 32 minibatches per epoch
+    with pytest.raises(PlanError) as info:
+        make_plan(defaults("trainer.gradient_accumulation=3").trainer, num_agents=1)
+    assert ("trainer.gradient_accumulation (3) must divide the minibatches per epoch (32 = segments 8192 // "
+            "minibatch_segments 256)") in str(info.value)
+    assert make_plan(defaults("trainer.gradient_accumulation=4").trainer, num_agents=1).num_minibatches == 32
 
 
 def test_plan_errors_through_cli(capsys):

@@ -11,8 +11,8 @@ import torch
 from actors.envs.base import EnvSpec
 from configs.plan import make_plan
 from configs.schema import ModelSection, TrainerSection
-from learner.ppo import RowBatch, UpdateSchedule, anneal_beta, explained_variance, ppo_update, sampling_probs
-from learner.schedules import learning_rate
+from learner.ppo import RowBatch, explained_variance, ppo_update, sampling_probs
+from learner.schedules import UpdateSchedule, anneal_beta, learning_rate
 from policies.mlp import make_policy
 
 # ---------------------------------------------------------------- sampling, schedules, explained variance
@@ -65,8 +65,8 @@ def test_cosine_learning_rate_end_points_and_constant():
     assert learning_rate("cosine", 0.000457, 0.00003, 100, 100) == pytest.approx(0.00003)
     for epoch in (0, 37, 100):
         assert learning_rate("constant", 0.000457, 0.00003, epoch, 100) == 0.000457
-    with pytest.raises(ValueError, match="cosine, constant"):
-        learning_rate("linear", 0.1, 0.0, 0, 10)
+    with pytest.raises(ValueError, match="allowed: constant, cosine, linear, logarithmic"):
+        learning_rate("exponential", 0.1, 0.0, 0, 10)
 
 
 def test_explained_variance():
@@ -192,7 +192,9 @@ def run_update(trainer: TrainerSection, *, seed=0, logp_noise=0.25, beta=0.6):
     before = {k: v.clone() for k, v in policy.state_dict().items()}
     optimizer = torch.optim.Adam(policy.parameters(), lr=1e-3, eps=1e-8)
     metrics = ppo_update(policy, optimizer, batch, trainer=trainer, plan=plan,
-                         schedule=UpdateSchedule(learning_rate=0.0, anneal_beta=beta),
+                         schedule=UpdateSchedule(learning_rate=0.0, ent_coef=trainer.ent_coef,
+                                                 clip_coef=trainer.clip_coef, anneal_beta=beta, kl_coef=0.0,
+                                                 vf_warmup=False),
                          generator=torch.Generator().manual_seed(seed))
     for k, v in policy.state_dict().items():  # lr 0: the weights did not move
         assert torch.equal(v, before[k]), k
