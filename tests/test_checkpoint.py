@@ -96,6 +96,28 @@ def test_load_without_optimizer(tmp_path):
         assert torch.equal(a, b)
 
 
+def test_reference_policy_round_trip(tmp_path):
+    policy, optimizer = trained()
+    reference, _ = trained(seed=5, steps=1)
+    path = save_checkpoint(tmp_path, policy=policy, optimizer=optimizer, state=state_for(2), keep=1,
+                           reference=reference)
+    assert (path / "reference.safetensors").exists()
+    policy2, optimizer2 = fresh()
+    reference2, _ = fresh(seed=9)
+    load_checkpoint(path, policy=policy2, optimizer=optimizer2, reference=reference2)
+    for a, b in zip(reference.parameters(), reference2.parameters()):
+        assert torch.equal(a, b)
+    for a, b in zip(policy.parameters(), policy2.parameters()):
+        assert torch.equal(a, b)
+    # a checkpoint without a reference leaves the given reference as it was
+    plain = save_checkpoint(tmp_path, policy=policy, optimizer=optimizer, state=state_for(3), keep=1)
+    assert not (plain / "reference.safetensors").exists()
+    untouched, _ = fresh(seed=9)
+    load_checkpoint(plain, policy=policy2, reference=untouched)
+    for a, b in zip(untouched.parameters(), fresh(seed=9)[0].parameters()):
+        assert torch.equal(a, b)
+
+
 def test_keep_newest_only_and_no_temp_dirs(tmp_path):
     policy, optimizer = trained()
     for update in (1, 2, 5, 10, 11):
