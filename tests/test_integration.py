@@ -157,6 +157,30 @@ def test_resume_continues_from_the_last_checkpoint(run):
     run.assert_clean()
 
 
+def test_seed_003_options_end_to_end(run):
+    """KL to a refreshed reference, value warm-up, AdamW, gradient accumulation, zero value head: a real run."""
+    learner = run.learner("--set", "trainer.target_episode_return=null", "--set", "trainer.total_timesteps=120000",
+                          "--set", "trainer.kl_divergence_coef_rho=0.5", "--set", "trainer.coef_rho_decay=0.9",
+                          "--set", "trainer.enable_ref_update=true", "--set", "trainer.ref_update_interval=4",
+                          "--set", "trainer.vf_warmup=3", "--set", "trainer.optimizer=adamw",
+                          "--set", "trainer.weight_decay=0.01", "--set", "trainer.gradient_accumulation=2",
+                          "--set", "trainer.zero_initial_vf=true")
+    actors = run.actors(2)
+    assert learner.wait(timeout=120) == 0, run.log("learner.log")
+    assert actors.wait(timeout=30) == 0
+    records = metrics(run.run_dir)
+    assert len(records) >= 8
+    assert [r["vf_warmup"] for r in records[:4]] == [1.0, 1.0, 1.0, 0.0]
+    for r in records:
+        assert r["kl_coef"] == pytest.approx(0.5 * 0.9 ** (r["update"] - 1), rel=1e-9)
+        assert r["gradient_steps"] + r["skipped_steps"] == 8  # 4 minibatches x 4 epochs / 2 accumulated
+    assert records[0]["explained_variance"] == pytest.approx(0.0, abs=1e-6)  # values start at exactly 0
+    assert all(r["kl_loss"] >= 0 for r in records) and any(r["kl_loss"] > 0 for r in records[3:])
+    last = sorted((run.run_dir / "checkpoints").glob("update_*"))[-1]
+    assert (last / "reference.safetensors").exists()
+    run.assert_clean()
+
+
 def test_malformed_messages_are_rejected_and_counted(run):
     learner = run.learner("--set", "trainer.target_episode_return=null")
     actors = run.actors(2)
