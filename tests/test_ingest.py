@@ -1,0 +1,95 @@
+"""The learner's ingest thread over a real PUSH/PULL pair: stale rows are dropped and counted, lag stats
+are kept, and the batch holds exactly the fresh rows."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+import zmq
+
+from learner.ingest import Ingest
+from protocol import Limits, Message, MessageType, encode
+from tests.processes import free_port_triple
+
+HORIZON, OBS, SEGMENTS = 5, 3, 6
+
+
+def rows_message(versions: list[int], marker: float) -> Message:
+    n = len(versions)
+    arrays = {
+        "obs": np.full((n, HORIZON, OBS), marker, dtype=np.float32),
+        "actions": np.zeros((n, HORIZON), dtype=np.int32),
+        "logprobs": np.zeros((n, HORIZON), dtype=np.float32),
+        "values": np.zeros((n, HORIZON), dtype=np.float32),
+        "rewards": np.arange(n, dtype=np.float32)[:, None].repeat(HORIZON, 1) + marker,
+        "dones": np.zeros((n, HORIZON), dtype=np.uint8),
+        "bootstrap": np.zeros((n, HORIZON), dtype=np.float32),
+        "versions": np.asarray(versions, dtype=np.int64),
+        "states": np.zeros((n, 0), dtype=np.float32),
+    }
+    return Message(type=MessageType.ROWS, sender="test", version=max(versions),
+                   fields={"num_rows": n, "episode_returns": [1.0], "episode_lengths": [3], "env_steps": n},
+                   arrays=arrays)
+
+
+@pytest.fixture
+def ingest():
+    context = zmq.Context()
+    stop = threading.Event()
+    port = free_port_triple()
+    thread = Ingest(context=context, endpoint=f"tcp://127.0.0.1:{port}", segments=SEGMENTS, obs_shape=(OBS,),
+                    obs_dtype="float32", horizon=HORIZON, state_size=0, max_policy_lag=2, hwm=4,
+                    buffer_bytes=65536, limits=Limits(), stop=stop)
+    thread.policy_version = 10
+    thread.start()
+    push = context.socket(zmq.PUSH)
+    push.setsockopt(zmq.LINGER, 0)
+    push.connect(f"tcp://127.0.0.1:{port}")
+    yield thread, push
+    stop.set()
+    thread.join(timeout=5)
+    push.close()
+    context.term()
+
+
+def test_stale_rows_are_dropped_and_counted(ingest):
+    thread, push = ingest
+    # lags 0, 1, 2 are kept; 3 and 7 are beyond max_policy_lag = 2
+    push.send_multipart(encode(rows_message([10, 9, 7, 8, 3], marker=100.0)))
+    push.send_multipart(encode(rows_message([10, 10, 10], marker=200.0)))
+    index = thread.ready.get(timeout=10)
+    batch = thread.buffers[index].arrays
+    assert batch["versions"].tolist() == [10, 9, 8, 10, 10, 10]
+    assert batch["rewards"][:, 0].tolist() == [100.0, 101.0, 103.0, 200.0, 201.0, 202.0]
+    with thread.stats.lock:
+        assert thread.stats.rows_dropped["stale"] == 2
+        assert thread.stats.rows_received == 6
+        assert thread.stats.lag_max == 2
+        assert thread.stats.lag_sum == 0 + 1 + 2 and thread.stats.lag_rows == 6
+        assert thread.stats.episodes == 2 and thread.stats.env_steps == 8
+
+
+def test_message_with_only_stale_rows_still_counts_its_episodes(ingest):
+    thread, push = ingest
+    push.send_multipart(encode(rows_message([1, 2], marker=0.0)))
+    push.send_multipart(encode(rows_message([10] * SEGMENTS, marker=5.0)))
+    index = thread.ready.get(timeout=10)
+    assert thread.buffers[index].arrays["versions"].tolist() == [10] * SEGMENTS
+    with thread.stats.lock:
+        assert thread.stats.rows_dropped["stale"] == 2
+        assert thread.stats.episodes == 2  # the stale rows' episodes still happened
+
+
+def test_recurrent_state_width_is_checked(ingest):
+    thread, push = ingest
+    bad = rows_message([10, 10], marker=1.0)
+    arrays = dict(bad.arrays)
+    arrays["states"] = np.zeros((2, 4), dtype=np.float32)  # the learner's policy has no recurrent state
+    push.send_multipart(encode(Message(type=bad.type, sender=bad.sender, version=bad.version,
+                                       fields=bad.fields, arrays=arrays)))
+    push.send_multipart(encode(rows_message([10] * SEGMENTS, marker=5.0)))
+    thread.ready.get(timeout=10)
+    with thread.stats.lock:
+        assert sum(thread.stats.messages_dropped.values()) == 1
