@@ -24,6 +24,7 @@ from actors.assembler import RowAssembler
 from actors.envs.registry import env_spec
 from actors.inference import Inference
 from actors.learner_link import LearnerLink, Registration
+from actors.recurrent_state import AgentStates
 from actors.shm import ShmSegment, remove_stale_segments, segment_name
 from actors.worker import QUIT, STATUS_ENV_RESTARTED, WorkerSpec, worker_layout, worker_main
 from configs.loader import config_from_dict
@@ -110,7 +111,8 @@ class ActorHost:
         self.assembler = RowAssembler(num_agents=total_agents,
                                       num_rows=2 * total_agents + 2 * rows_per_message,
                                       horizon=trainer.bptt_horizon + 1, obs_shape=self.spec.obs_shape,
-                                      obs_dtype=self.spec.obs_dtype, state_size=self.inference.policy.state_size)
+                                      obs_dtype=self.spec.obs_dtype, state_size=self.inference.state_size)
+        self.states = AgentStates(total_agents, self.inference.state_size)
         self.inference.load(registration.version, registration.weights)
         link.open_streams(registration, hwm=config.network.send_queue_messages,
                           buffer_bytes=config.network.socket_buffer_bytes)
@@ -213,7 +215,9 @@ class ActorHost:
         slot.process.join(timeout=1)
         slot.restarts += 1
         start = w * self.slots_per_worker
-        self.assembler.discard_agents(np.arange(start, start + self.slots_per_worker, dtype=np.int64))
+        agents = np.arange(start, start + self.slots_per_worker, dtype=np.int64)
+        self.assembler.discard_agents(agents)
+        self.states.reset(agents)  # the new worker's envs start fresh episodes
         for item in [item for item in ready if item[0] == w]:
             ready.remove(item)
         self._spawn(slot)
@@ -229,24 +233,27 @@ class ActorHost:
         rewards = np.concatenate([v["rewards"][s] for v, s, _ in parts])
         terminated = np.concatenate([v["terminated"][s] for v, s, _ in parts])
         truncated = np.concatenate([v["truncated"][s] for v, s, _ in parts])
+        agent_ids = np.concatenate([np.arange(start, start + spg, dtype=np.int64) for _, _, start in parts])
         bootstrap = np.zeros(len(obs), dtype=np.float32)
-        if truncated.any():
+        if truncated.any():  # V(final obs) from the state the agent had before its episode ended
             final_obs = np.concatenate([v["final_obs"][s] for v, s, _ in parts])[truncated]
-            bootstrap[truncated] = self.inference.values(final_obs)
+            bootstrap[truncated] = self.inference.values(final_obs, self.states.read(agent_ids[truncated]))
+        self.states.reset(agent_ids[terminated | truncated])  # obs is the first of a new episode there
+        state_in = self.states.read(agent_ids)
         for v, s, _ in parts:
             done = v["episode_done"][s]
             if done.any():
                 pending.returns.extend(v["episode_return"][s][done].tolist())
                 pending.lengths.extend(v["episode_length"][s][done].tolist())
-        decisions = self.inference.decide(obs)
+        decisions = self.inference.decide(obs, state_in)
+        self.states.write(agent_ids, decisions.states)
         for i, ((w, g), (v, s, _)) in enumerate(zip(batch, parts)):
             v["actions"][s] = decisions.actions[i * spg:(i + 1) * spg]
             workers[w].conn.send_bytes(bytes([g]))
         pending.env_steps += len(batch) * self.envs_per_group
-        agent_ids = np.concatenate([np.arange(start, start + spg, dtype=np.int64) for _, _, start in parts])
         dones = (terminated | truncated).astype(np.uint8)
         self.assembler.add_steps(agent_ids, obs, decisions.actions, decisions.logprobs, decisions.values,
-                                 rewards, dones, bootstrap, self.inference.version)
+                                 rewards, dones, bootstrap, self.inference.version, states=state_in)
 
     def _ship(self, link: LearnerLink, rows_per_message: int, pending: Pending, last_flush: float) -> float:
         """Send full rows in blocks while the data socket has room; returns the last flush time."""

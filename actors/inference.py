@@ -1,4 +1,8 @@
-"""Batched policy inference on an actor host: sample actions, log-probs, values (and truncation values)."""
+"""Batched policy inference on an actor host: sample actions, log-probs, values (and truncation values).
+
+Feed-forward and recurrent policies share one path: every policy's ``step(obs, state)`` takes and returns
+a per-agent state of ``policy.state_size`` floats (zero width for the MLP).
+"""
 
 from __future__ import annotations
 
@@ -22,6 +26,8 @@ class Decisions:
     """[n] float32 behaviour log-probs of those actions."""
     values: np.ndarray
     """[n] float32 value estimates of the observations."""
+    states: np.ndarray
+    """[n, state_size] float32 recurrent state after this step (the input of the agent's next step)."""
 
 
 class Inference:
@@ -30,6 +36,7 @@ class Inference:
     def __init__(self, spec: EnvSpec, model: ModelSection, *, seed: int) -> None:
         self.policy = make_policy(spec, model)
         self.policy.eval()
+        self.state_size: int = self.policy.state_size
         self.version = 0
         self.generator = torch.Generator()
         self.generator.manual_seed(seed)
@@ -40,16 +47,22 @@ class Inference:
         self.version = version
 
     @torch.no_grad()
-    def decide(self, obs: np.ndarray) -> Decisions:
-        """Sample one action per observation."""
-        logits, values = self.policy(torch.from_numpy(obs))
+    def decide(self, obs: np.ndarray, states: np.ndarray) -> Decisions:
+        """Sample one action per observation, from each agent's state ``states`` [n, state_size]."""
+        logits, values, new_states = self.policy.step(torch.from_numpy(obs), self._states(states, len(obs)))
         logp = torch.log_softmax(logits, dim=-1)
         actions = torch.multinomial(logp.exp(), 1, generator=self.generator)
         return Decisions(actions=actions.squeeze(-1).to(torch.int32).numpy(),
                          logprobs=logp.gather(-1, actions).squeeze(-1).numpy(),
-                         values=values.numpy())
+                         values=values.numpy(), states=new_states.numpy())
 
     @torch.no_grad()
-    def values(self, obs: np.ndarray) -> np.ndarray:
-        """Value estimates only (for the final observations of truncated episodes)."""
-        return self.policy(torch.from_numpy(obs))[1].numpy()
+    def values(self, obs: np.ndarray, states: np.ndarray) -> np.ndarray:
+        """Value estimates only (for the final observations of truncated episodes, from their last state)."""
+        return self.policy.step(torch.from_numpy(obs), self._states(states, len(obs)))[1].numpy()
+
+    def _states(self, states: np.ndarray, n: int) -> torch.Tensor:
+        """Checked float32 tensor view of [n, state_size] states."""
+        if states.shape != (n, self.state_size):
+            raise ValueError(f"states shape {states.shape} != {(n, self.state_size)}")
+        return torch.from_numpy(np.ascontiguousarray(states, dtype=np.float32))
