@@ -1,0 +1,314 @@
+"""The LSTM policy core: unrolling, resets, BPTT gradients, recorded row states, and the unchanged MLP path."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from actors.assembler import RowAssembler
+from actors.envs.base import EnvSpec, StepBuffers
+from actors.host import ActorHost, Pending
+from actors.inference import Inference
+from actors.recurrent_state import AgentStates
+from configs.schema import ModelSection
+from policies.lstm import LSTMPolicy
+from policies.mlp import MLPPolicy, load_state_arrays, make_policy, state_arrays
+
+SPEC = EnvSpec(num_agents=1, obs_shape=(2, 3), obs_dtype="float32", num_actions=3)
+LSTM = ModelSection(hidden_size=8, num_layers=2, core="lstm")
+
+
+def lstm(seed: int = 0, model: ModelSection = LSTM) -> LSTMPolicy:
+    torch.manual_seed(seed)
+    policy = make_policy(SPEC, model)
+    assert isinstance(policy, LSTMPolicy)
+    return policy
+
+
+def random_rows(rng: np.random.Generator, policy: LSTMPolicy, rows: int, steps: int):
+    obs = torch.from_numpy(rng.standard_normal((rows, steps, *SPEC.obs_shape)).astype(np.float32))
+    state0 = torch.from_numpy(rng.standard_normal((rows, policy.state_size)).astype(np.float32))
+    return obs, state0
+
+
+# (a) forward_rows == sequential step() calls with the resets done by hand ---------------------------------
+
+def test_forward_rows_matches_sequential_steps_with_resets() -> None:
+    policy = lstm()
+    rng = np.random.default_rng(0)
+    S, T = 6, 7
+    obs, state0 = random_rows(rng, policy, S, T)
+    dones = torch.zeros(S, T)
+    dones[0, 3] = 1.0  # mid-row
+    dones[1, 0] = 1.0  # at step 0
+    dones[2, T - 1] = 1.0  # at the last step
+    dones[3, 2] = dones[3, 4] = 1.0  # twice
+    dones[4] = 1.0  # every step
+    with torch.no_grad():
+        logits, values = policy.forward_rows(obs, dones, state0)
+        assert logits.shape == (S, T, SPEC.num_actions) and values.shape == (S, T)
+        state = state0.clone()
+        for t in range(T):
+            state[dones[:, t] == 1] = 0.0
+            step_logits, step_values, state = policy.step(obs[:, t], state)
+            torch.testing.assert_close(logits[:, t], step_logits, rtol=1e-6, atol=1e-6)
+            torch.testing.assert_close(values[:, t], step_values, rtol=1e-6, atol=1e-6)
+        # the resets mattered: without them the rows that had a done come out differently
+        no_reset, _ = policy.forward_rows(obs, torch.zeros(S, T), state0)
+    assert not torch.allclose(no_reset[:5, -1], logits[:5, -1])
+    torch.testing.assert_close(no_reset[5], logits[5])
+
+
+# (b) no dones: an independent NumPy LSTM (i, f, g, o gates) from the module's weights -----------------------
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def numpy_unroll(policy: LSTMPolicy, obs: np.ndarray, state0: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """logits [S, T, A], values [S, T] in float64, from the weights alone."""
+    w = {k: v.detach().numpy().astype(np.float64) for k, v in policy.state_dict().items()}
+    S, T = obs.shape[:2]
+    x = obs.reshape(S, T, -1).astype(np.float64)
+    for i in (0, 2):  # torso: Linear, Tanh, Linear, Tanh
+        x = np.tanh(x @ w[f"torso.{i}.weight"].T + w[f"torso.{i}.bias"])
+    H = policy.hidden_size
+    h, c = state0[:, :H].astype(np.float64), state0[:, H:].astype(np.float64)
+    hs = []
+    for t in range(T):
+        z = (x[:, t] @ w["cell.weight_ih"].T + w["cell.bias_ih"] + h @ w["cell.weight_hh"].T + w["cell.bias_hh"])
+        i, f, g, o = z[:, :H], z[:, H:2 * H], z[:, 2 * H:3 * H], z[:, 3 * H:]
+        c = sigmoid(f) * c + sigmoid(i) * np.tanh(g)
+        h = sigmoid(o) * np.tanh(c)
+        hs.append(h)
+    hidden = np.stack(hs, axis=1)
+    logits = hidden @ w["actor.weight"].T + w["actor.bias"]
+    values = (hidden @ w["critic.weight"].T + w["critic.bias"])[..., 0]
+    return logits, values
+
+
+def test_forward_rows_without_dones_is_a_plain_lstm_unroll() -> None:
+    policy = lstm(seed=3)
+    with torch.no_grad():  # non-zero biases so every term of the gates is exercised
+        for p in (policy.cell.bias_ih, policy.cell.bias_hh, policy.actor.weight, policy.critic.bias):
+            p.normal_(0.0, 0.5)
+    rng = np.random.default_rng(1)
+    obs, state0 = random_rows(rng, policy, 5, 9)
+    with torch.no_grad():
+        logits, values = policy.forward_rows(obs, torch.zeros(5, 9), state0)
+    want_logits, want_values = numpy_unroll(policy, obs.numpy(), state0.numpy())
+    np.testing.assert_allclose(logits.numpy(), want_logits, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(values.numpy(), want_values, rtol=1e-5, atol=1e-5)
+    # the final state of step() agrees with the unroll too
+    state = state0
+    with torch.no_grad():
+        for t in range(9):
+            _, _, state = policy.step(obs[:, t], state)
+    H = policy.hidden_size
+    h_last = state[:, :H].numpy()
+    w = policy.actor
+    np.testing.assert_allclose(h_last @ w.weight.detach().numpy().T + w.bias.detach().numpy(),
+                               want_logits[:, -1], rtol=1e-5, atol=1e-5)
+
+
+# (c) gradients flow through time inside a row, and stop at an episode start ---------------------------------
+
+@pytest.mark.parametrize("done_at", [None, 1, 5])
+def test_gradient_through_time_stops_at_dones(done_at: int | None) -> None:
+    policy = lstm(seed=5)
+    rng = np.random.default_rng(2)
+    S, T = 3, 6
+    obs, state0 = random_rows(rng, policy, S, T)
+    obs.requires_grad_(True)
+    state0.requires_grad_(True)
+    dones = torch.zeros(S, T)
+    if done_at is not None:
+        dones[:, done_at] = 1.0
+    logits, values = policy.forward_rows(obs, dones, state0)
+    (logits[:, T - 1].sum() + values[:, T - 1].sum()).backward()
+    grad_first = obs.grad[:, 0].abs().sum(dim=(1, 2))
+    grad_last = obs.grad[:, T - 1].abs().sum(dim=(1, 2))
+    assert (grad_last > 0).all()
+    if done_at is None:
+        assert (grad_first > 0).all()
+        assert (state0.grad.abs().sum(dim=1) > 0).all()
+    else:
+        assert (grad_first == 0).all()
+        assert (state0.grad == 0).all()
+        assert (obs.grad[:, done_at].abs().sum(dim=(1, 2)) > 0).all()  # the new episode's first step counts
+
+
+# (d) the assembler keeps the state each row started from -----------------------------------------------------
+
+def test_assembler_records_state_in_at_row_starts_including_carried_step() -> None:
+    horizon, state_size = 4, 3
+    asm = RowAssembler(num_agents=2, num_rows=8, horizon=horizon, obs_shape=(1,), obs_dtype="float32",
+                       state_size=state_size)
+    # step k of agent a carries state [a, k, k] and value k
+    for k in range(10):
+        ids = np.array([1, 0], dtype=np.int64)
+        states = np.array([[1, k, k], [0, k, k]], dtype=np.float32)
+        asm.add_steps(ids, np.zeros((2, 1), np.float32), np.zeros(2), np.zeros(2), np.full(2, k), np.zeros(2),
+                      np.zeros(2), np.zeros(2), version=k, states=states)
+    rows = asm.pop_full(8)
+    g = asm.gather(rows)
+    assert len(rows) == 6  # 3 rows per agent: steps 0-3, 3-6, 6-9
+    for j in range(len(rows)):
+        first = int(g["values"][j, 0])
+        agent = int(g["states"][j, 0])
+        np.testing.assert_array_equal(g["states"][j], [agent, first, first])
+    assert sorted(int(v) for v in g["values"][:, 0]) == [0, 0, 3, 3, 6, 6]  # 3 and 6 are carried-over steps
+    with pytest.raises(ValueError, match="states shape"):
+        asm.add_steps(np.array([0]), np.zeros((1, 1), np.float32), np.zeros(1), np.zeros(1), np.zeros(1),
+                      np.zeros(1), np.zeros(1), np.zeros(1), version=0)
+
+
+class FakeConn:
+    def send_bytes(self, data: bytes) -> None:
+        pass
+
+
+class RecordingAssembler(RowAssembler):
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.calls: list[dict] = []
+
+    def add_steps(self, agent_ids, obs, actions, logprobs, values, rewards, dones, bootstrap, version, states=None):
+        self.calls.append(dict(ids=agent_ids.copy(), obs=obs.copy(), bootstrap=bootstrap.copy(),
+                               dones=dones.copy(), states=states.copy()))
+        return super().add_steps(agent_ids, obs, actions, logprobs, values, rewards, dones, bootstrap, version,
+                                 states=states)
+
+
+def host_for(model: ModelSection, *, workers: int, slots: int, horizon: int, seed: int):
+    """An ActorHost wired to in-process fake workers (one group each): just what ``_act`` uses."""
+    host = ActorHost.__new__(ActorHost)
+    host.slots_per_group = host.slots_per_worker = host.envs_per_group = slots
+    torch.manual_seed(seed)
+    host.inference = Inference(SPEC, model, seed=seed)
+    total = workers * slots
+    host.assembler = RecordingAssembler(num_agents=total, num_rows=16 * total, horizon=horizon,
+                                        obs_shape=SPEC.obs_shape, obs_dtype=SPEC.obs_dtype,
+                                        state_size=host.inference.state_size)
+    host.states = AgentStates(total, host.inference.state_size)
+    buffers = [StepBuffers.allocate(SPEC, slots) for _ in range(workers)]
+    fakes = [SimpleNamespace(views=vars(b), conn=FakeConn()) for b in buffers]
+    return host, fakes, buffers
+
+
+def fake_env_step(rng: np.random.Generator, b: StepBuffers) -> None:
+    """Random obs; some episodes terminate, some are truncated (with a random final obs)."""
+    n = len(b.obs)
+    b.obs[:] = rng.standard_normal(b.obs.shape)
+    b.terminated[:] = rng.random(n) < 0.1
+    b.truncated[:] = ~b.terminated & (rng.random(n) < 0.1)
+    b.final_obs[:] = rng.standard_normal(b.obs.shape) * b.truncated[:, None, None]
+    b.episode_done[:] = b.terminated | b.truncated
+    b.episode_return[:] = 1.0
+    b.episode_length[:] = 3
+
+
+@pytest.mark.parametrize("core", ["lstm", "mlp"])
+def test_host_resets_states_bootstraps_from_pre_reset_state_and_rows_replay(core: str) -> None:
+    model = ModelSection(hidden_size=8, num_layers=1, core=core)
+    host, fakes, buffers = host_for(model, workers=2, slots=3, horizon=5, seed=7)
+    rng = np.random.default_rng(3)
+    policy = host.inference.policy
+    truncations = 0
+    for step in range(40):
+        for b in buffers:
+            fake_env_step(rng, b)
+        before = host.states.array.copy()
+        host._act(fakes, [(0, 0), (1, 0)], Pending())
+        call = host.assembler.calls[-1]
+        ended = call["dones"].astype(bool)
+        prior = before[call["ids"]]
+        np.testing.assert_array_equal(call["states"], np.where(ended[:, None], 0.0, prior))
+        truncated = np.concatenate([b.truncated for b in buffers])
+        if truncated.any():  # V(final obs) from the state before the reset
+            final_obs = np.concatenate([b.final_obs for b in buffers])[truncated]
+            with torch.no_grad():
+                want = policy.step(torch.from_numpy(final_obs), torch.from_numpy(prior[truncated]))[1]
+            np.testing.assert_allclose(call["bootstrap"][truncated], want.numpy(), rtol=1e-6, atol=1e-6)
+            if core == "lstm":
+                assert np.abs(prior[truncated]).sum() > 0  # the state it used was a live one
+            truncations += int(truncated.sum())
+        assert (call["bootstrap"][~truncated] == 0).all()
+    assert truncations > 0
+    # The learner replays each row from its stored state and gets the actor's log-probs and values back.
+    rows = host.assembler.pop_full(1000)
+    g = host.assembler.gather(rows)
+    assert len(rows) > 20 and g["states"].shape == (len(rows), policy.state_size)
+    with torch.no_grad():
+        logits, values = policy.forward_rows(torch.from_numpy(g["obs"]), torch.from_numpy(g["dones"]).float(),
+                                             torch.from_numpy(g["states"]))
+    logp = torch.log_softmax(logits, -1).gather(-1, torch.from_numpy(g["actions"]).long()[..., None])[..., 0]
+    np.testing.assert_allclose(logp.numpy(), g["logprobs"], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(values.numpy(), g["values"], rtol=1e-5, atol=1e-5)
+
+
+def test_restarted_worker_states_are_zeroed() -> None:
+    host, fakes, buffers = host_for(LSTM, workers=2, slots=2, horizon=4, seed=1)
+    for b in buffers:
+        b.obs[:] = 1.0
+    host._act(fakes, [(0, 0), (1, 0)], Pending())
+    assert (np.abs(host.states.array).sum(axis=1) > 0).all()
+    host.stopping = False
+    host._spawn = lambda slot: setattr(slot, "conn", SimpleNamespace(fileno=lambda: 99))
+    slots = [SimpleNamespace(process=SimpleNamespace(join=lambda timeout: None, exitcode=1), restarts=0)] * 2
+    poller = SimpleNamespace(unregister=lambda fd: None, register=lambda fd, flags: None)
+    host._restart_worker(slots, 1, {5: 1}, 5, [], poller)
+    assert (np.abs(host.states.array[:2]).sum(axis=1) > 0).all()
+    assert (host.states.array[2:] == 0).all()
+
+
+# (e) the MLP path is unchanged --------------------------------------------------------------------------------
+
+def test_mlp_has_no_state_and_step_matches_forward() -> None:
+    torch.manual_seed(0)
+    policy = make_policy(SPEC, ModelSection(hidden_size=8, num_layers=2))
+    assert isinstance(policy, MLPPolicy) and policy.state_size == 0
+    assert list(policy.state_dict()) == [
+        "torso.0.weight", "torso.0.bias", "torso.2.weight", "torso.2.bias", "critic_torso.0.weight",
+        "critic_torso.0.bias", "critic_torso.2.weight", "critic_torso.2.bias", "actor.weight", "actor.bias",
+        "critic.weight", "critic.bias"]  # checkpoints of the MLP keep their names
+    obs = torch.randn(4, 5, *SPEC.obs_shape)
+    empty = torch.zeros(4, 0)
+    with torch.no_grad():
+        logits, values = policy(obs)
+        rows_logits, rows_values = policy.forward_rows(obs, torch.ones(4, 5), empty)
+        step_logits, step_values, state = policy.step(obs[:, 0], empty)
+    torch.testing.assert_close(rows_logits, logits)
+    torch.testing.assert_close(rows_values, values)
+    torch.testing.assert_close(step_logits, logits[:, 0])
+    torch.testing.assert_close(step_values, values[:, 0])
+    assert state.shape == (4, 0)
+    inference = Inference(SPEC, ModelSection(hidden_size=8, num_layers=2), seed=0)
+    decisions = inference.decide(obs[:, 0].numpy(), np.zeros((4, 0), np.float32))
+    assert decisions.states.shape == (4, 0) and decisions.actions.shape == (4,)
+    assert inference.values(obs[:, 0].numpy(), np.zeros((4, 0), np.float32)).shape == (4,)
+
+
+def test_lstm_state_size_weights_round_trip_and_inference_shapes() -> None:
+    policy = lstm()
+    assert policy.state_size == 2 * LSTM.hidden_size
+    other = lstm(seed=9)
+    load_state_arrays(other, state_arrays(policy))
+    obs = torch.randn(3, 4, *SPEC.obs_shape)
+    state0 = torch.randn(3, policy.state_size)
+    with torch.no_grad():
+        torch.testing.assert_close(other.forward_rows(obs, torch.zeros(3, 4), state0),
+                                   policy.forward_rows(obs, torch.zeros(3, 4), state0))
+    inference = Inference(SPEC, LSTM, seed=0)
+    zeros = np.zeros((3, policy.state_size), np.float32)
+    decisions = inference.decide(obs[:, 0].numpy(), zeros)
+    assert decisions.states.shape == (3, policy.state_size) and decisions.states.dtype == np.float32
+    assert np.abs(decisions.states).sum() > 0
+    with pytest.raises(ValueError, match="states shape"):
+        inference.decide(obs[:, 0].numpy(), np.zeros((3, 0), np.float32))
+    no_torso = make_policy(SPEC, ModelSection(hidden_size=4, num_layers=0, core="lstm"))
+    logits, values = no_torso.forward_rows(obs, torch.zeros(3, 4), torch.zeros(3, 8))
+    assert logits.shape == (3, 4, SPEC.num_actions) and values.shape == (3, 4)
