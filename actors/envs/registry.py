@@ -5,6 +5,7 @@ from __future__ import annotations
 from actors.envs.base import EnvSpec, VecEnv
 from actors.envs.cartpole import CartPoleVec
 from actors.envs.gym_adapter import GymnasiumVecEnv
+from actors.envs.probes import MemoryProbeVec, TruncationProbeVec, memory_delay
 from configs.env_config import ENV_NAMES, EnvConfig
 
 
@@ -30,24 +31,43 @@ def _check_agents(cfg: EnvConfig, spec: EnvSpec) -> None:
         )
 
 
-def _check_cartpole_kwargs(cfg: EnvConfig) -> None:
-    """The built-in cartpole takes no extra constructor arguments."""
+def _check_no_kwargs(cfg: EnvConfig) -> None:
+    """The built-in cartpole and probe_truncation take no extra constructor arguments."""
     if cfg.kwargs:
-        raise ValueError(f"env.kwargs is not supported for env 'cartpole' (got keys {sorted(cfg.kwargs)})")
+        raise ValueError(f"env.kwargs is not supported for env '{cfg.name}' (got keys {sorted(cfg.kwargs)})")
+
+
+_BUILTIN_SPECS: dict[str, EnvSpec] = {
+    "cartpole": CartPoleVec.SPEC,
+    "probe_truncation": TruncationProbeVec.SPEC,
+    "probe_memory": MemoryProbeVec.SPEC,
+}
+
+
+def _check_builtin(cfg: EnvConfig) -> EnvSpec:
+    """Validate kwargs and agent count of a built-in env; returns its spec."""
+    if cfg.name == "probe_memory":
+        memory_delay(cfg.kwargs)
+    else:
+        _check_no_kwargs(cfg)
+    if cfg.name == "probe_truncation" and cfg.max_steps < 1:
+        raise ValueError(f"env.max_steps for env 'probe_truncation' must be an integer >= 1 "
+                         f"(the time limit is the point of this probe), got {cfg.max_steps}")
+    spec = _BUILTIN_SPECS[cfg.name]
+    _check_agents(cfg, spec)
+    return spec
 
 
 def env_spec(cfg: EnvConfig) -> EnvSpec:
     """The spec of the env ``cfg`` describes (building one throwaway Gymnasium env if needed)."""
     _check_name(cfg)
-    if cfg.name == "cartpole":
-        _check_cartpole_kwargs(cfg)
-        spec = CartPoleVec.SPEC
-    else:
-        env = GymnasiumVecEnv(cfg.gym_id, 1, max_steps=cfg.max_steps, kwargs=cfg.kwargs)
-        try:
-            spec = env.spec
-        finally:
-            env.close()
+    if cfg.name in _BUILTIN_SPECS:
+        return _check_builtin(cfg)
+    env = GymnasiumVecEnv(cfg.gym_id, 1, max_steps=cfg.max_steps, kwargs=cfg.kwargs)
+    try:
+        spec = env.spec
+    finally:
+        env.close()
     _check_agents(cfg, spec)
     return spec
 
@@ -55,10 +75,13 @@ def env_spec(cfg: EnvConfig) -> EnvSpec:
 def make_vec_env(cfg: EnvConfig, num_envs: int) -> VecEnv:
     """Build ``num_envs`` environments as ``cfg`` describes; the caller must ``close()`` it."""
     _check_name(cfg)
-    if cfg.name == "cartpole":
-        _check_cartpole_kwargs(cfg)
-        _check_agents(cfg, CartPoleVec.SPEC)
-        return CartPoleVec(num_envs, max_steps=cfg.max_steps)
+    if cfg.name in _BUILTIN_SPECS:
+        _check_builtin(cfg)
+        if cfg.name == "cartpole":
+            return CartPoleVec(num_envs, max_steps=cfg.max_steps)
+        if cfg.name == "probe_truncation":
+            return TruncationProbeVec(num_envs, max_steps=cfg.max_steps)
+        return MemoryProbeVec(num_envs, delay=memory_delay(cfg.kwargs))
     env = GymnasiumVecEnv(cfg.gym_id, num_envs, max_steps=cfg.max_steps, kwargs=cfg.kwargs)
     try:
         _check_agents(cfg, env.spec)
