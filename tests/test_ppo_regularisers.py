@@ -174,3 +174,16 @@ def test_non_finite_batch_skips_steps_and_keeps_weights():
     assert (metrics["gradient_steps"], metrics["skipped_steps"]) == (0.0, 2.0)
     for k, v in policy.state_dict().items():
         assert torch.equal(v, before[k]), k
+
+
+@pytest.mark.parametrize("max_grad_norm", [1e-3, 1e9])
+def test_max_grad_norm_bounds_the_step(max_grad_norm):
+    """Plain SGD with lr 1: the parameter change is the (clipped) gradient, whose global norm is reported."""
+    trainer = make_trainer(max_grad_norm=max_grad_norm)
+    policy, batch, _ = make_case(9, 0.25)
+    before = [p.detach().clone() for p in policy.parameters()]
+    metrics = update(policy, batch, trainer, schedule(trainer, lr=1.0),
+                     optimizer=torch.optim.SGD(policy.parameters(), lr=1.0))
+    moved = torch.sqrt(sum(((p.detach() - b) ** 2).sum() for p, b in zip(policy.parameters(), before)))
+    assert metrics["grad_norm"] > 1e-3  # the pre-clip norm
+    assert float(moved) == pytest.approx(min(max_grad_norm, metrics["grad_norm"]), rel=1e-4)
