@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-ENV_NAMES = ("cartpole", "gymnasium", "probe_truncation", "probe_memory")
+ENV_NAMES = ("cartpole", "gymnasium", "probe_truncation", "probe_memory", "gridworld")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -13,7 +13,8 @@ class EnvConfig:
     """Which env to build and its size; shared by actors (which build it) and learner (which reads its spec)."""
 
     name: str = "cartpole"
-    """Env family: cartpole (built-in), gymnasium (by gym_id), or a learner probe: probe_truncation, probe_memory."""
+    """Env family: cartpole (built-in), gymnasium (by gym_id), gridworld (built-in multi-agent, num_agents/obs_*),
+    or a learner probe: probe_truncation, probe_memory."""
     gym_id: str = "CartPole-v1"
     """Gymnasium env id, used when name is 'gymnasium'."""
     kwargs: dict[str, Any] = field(default_factory=dict)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from actors.envs.base import EnvSpec, VecEnv
 from actors.envs.cartpole import CartPoleVec
+from actors.envs.gridworld import GridworldVec, grid_settings
 from actors.envs.gym_adapter import GymnasiumVecEnv
 from actors.envs.probes import MemoryProbeVec, TruncationProbeVec, memory_delay
 from configs.env_config import ENV_NAMES, EnvConfig
@@ -58,9 +59,20 @@ def _check_builtin(cfg: EnvConfig) -> EnvSpec:
     return spec
 
 
+def _gridworld_spec(cfg: EnvConfig) -> EnvSpec:
+    """Validate gridworld's kwargs and window; its spec follows the config (any agent count >= 1)."""
+    grid_settings(cfg.kwargs, cfg.num_agents)
+    if cfg.obs_height < 1 or cfg.obs_width < 1:
+        raise ValueError(f"env.obs_height/obs_width for env 'gridworld' must be >= 1, "
+                         f"got {cfg.obs_height}x{cfg.obs_width}")
+    return GridworldVec.spec_for(cfg.num_agents, cfg.obs_height, cfg.obs_width)
+
+
 def env_spec(cfg: EnvConfig) -> EnvSpec:
     """The spec of the env ``cfg`` describes (building one throwaway Gymnasium env if needed)."""
     _check_name(cfg)
+    if cfg.name == "gridworld":
+        return _gridworld_spec(cfg)
     if cfg.name in _BUILTIN_SPECS:
         return _check_builtin(cfg)
     env = GymnasiumVecEnv(cfg.gym_id, 1, max_steps=cfg.max_steps, kwargs=cfg.kwargs)
@@ -75,6 +87,10 @@ def env_spec(cfg: EnvConfig) -> EnvSpec:
 def make_vec_env(cfg: EnvConfig, num_envs: int) -> VecEnv:
     """Build ``num_envs`` environments as ``cfg`` describes; the caller must ``close()`` it."""
     _check_name(cfg)
+    if cfg.name == "gridworld":
+        _gridworld_spec(cfg)
+        return GridworldVec(num_envs, num_agents=cfg.num_agents, obs_height=cfg.obs_height,
+                            obs_width=cfg.obs_width, max_steps=cfg.max_steps, kwargs=cfg.kwargs)
     if cfg.name in _BUILTIN_SPECS:
         _check_builtin(cfg)
         if cfg.name == "cartpole":
