@@ -14,16 +14,18 @@ import signal
 import traceback
 from dataclasses import dataclass
 
-from actors.envs.base import EnvSpec, StepBuffers
-from actors.envs.registry import make_vec_env
+from actors.envs.base import EnvSpec, StepBuffers, step_buffer_fields
+from actors.envs.registry import env_label, make_vec_env
 from actors.shm import FieldLayout, ShmSegment, plan_layout
 from configs.env_config import EnvConfig
 
 QUIT = b"q"
 STATUS_OK = 0
 STATUS_ENV_RESTARTED = 1
-STEP_FIELDS = ("obs", "actions", "rewards", "terminated", "truncated", "final_obs", "episode_done",
-               "episode_return", "episode_length")
+STATUS_FATAL = 2
+"""The worker cannot go on (its env fails to build or reset); the reply's remaining bytes say why (UTF-8)."""
+MAX_RESTARTS_IN_A_ROW = 3
+"""An env group that raises again this many times right after being restarted is fatal."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,19 +50,13 @@ class WorkerSpec:
 
 def worker_layout(spec: EnvSpec, slots: int) -> tuple[list[FieldLayout], int]:
     """The shared-memory layout of one worker: StepBuffers fields over all its agent slots."""
-    obs = (slots, *spec.obs_shape)
-    return plan_layout([
-        ("obs", obs, spec.obs_dtype), ("actions", (slots,), "int32"), ("rewards", (slots,), "float32"),
-        ("terminated", (slots,), "bool"), ("truncated", (slots,), "bool"), ("final_obs", obs, spec.obs_dtype),
-        ("episode_done", (slots,), "bool"), ("episode_return", (slots,), "float32"),
-        ("episode_length", (slots,), "int32"),
-    ])
+    return plan_layout(step_buffer_fields(spec, slots))
 
 
 def group_buffers(views: dict, group: int, slots_per_group: int) -> StepBuffers:
     """StepBuffers of one group: slices of the worker's arrays."""
     part = slice(group * slots_per_group, (group + 1) * slots_per_group)
-    return StepBuffers(**{name: views[name][part] for name in STEP_FIELDS})
+    return StepBuffers(**{name: views[name][part] for name in views})
 
 
 def _die_with_parent() -> None:
@@ -79,34 +75,86 @@ def worker_main(spec: WorkerSpec, conn) -> None:  # conn: multiprocess Connectio
     segment = ShmSegment.attach(spec.shm_name, size)
     views = segment.views(layout)
     buffers = [group_buffers(views, g, slots_per_group) for g in range(spec.groups)]
-    envs = [make_vec_env(spec.env, spec.envs_per_group) for _ in range(spec.groups)]
-    resets = [0] * spec.groups
+    envs: list = []
     try:
-        for g, env in enumerate(envs):
-            env.reset(buffers[g], _seed(spec, g, 0))
+        try:
+            for g in range(spec.groups):
+                envs.append(make_vec_env(spec.env, spec.envs_per_group))
+                _call(envs[g], "reset", buffers[g], _seed(spec, g, 0), label=env_label(spec.env))
+        except Exception as exc:  # a broken env: tell the host why, instead of dying into a restart loop
+            _send_fatal(conn, f"env worker {spec.worker_id} could not start its env: {exc}")
+            return
+        for g in range(spec.groups):
             conn.send_bytes(bytes([g, STATUS_OK]))
-        while True:
-            try:
-                message = conn.recv_bytes()
-            except (EOFError, OSError):
-                return
-            if message == QUIT:
-                return
-            g = message[0]
-            status = STATUS_OK
-            try:
-                envs[g].step(buffers[g])
-            except Exception:  # an env's own bug: restart that env group, keep the worker alive
-                traceback.print_exc()
-                resets[g] += 1
-                envs[g] = _restart(envs[g], spec, buffers[g], _seed(spec, g, resets[g]))
-                status = STATUS_ENV_RESTARTED
-            conn.send_bytes(bytes([g, status]))
+        _serve(spec, conn, envs, buffers)
     finally:
         for env in envs:
-            env.close()
+            _close_quietly(env)
         del views, buffers
         segment.close()
+
+
+def _serve(spec: WorkerSpec, conn, envs: list, buffers: list[StepBuffers]) -> None:
+    """The hot loop: step the group the host names, answer with its status, until told to quit."""
+    generations = [0] * spec.groups
+    failures_in_a_row = [0] * spec.groups
+    label = env_label(spec.env)
+    while True:
+        try:
+            message = conn.recv_bytes()
+        except (EOFError, OSError):
+            return
+        if message == QUIT:
+            return
+        g = message[0]
+        try:
+            _call(envs[g], "step", buffers[g], label=label)
+            failures_in_a_row[g] = 0
+            conn.send_bytes(bytes([g, STATUS_OK]))
+            continue
+        except Exception as exc:  # an env's own bug: restart that env group, keep the worker alive
+            error = str(exc)
+        failures_in_a_row[g] += 1
+        traceback.print_exc()
+        while True:
+            generations[g] += 1
+            try:
+                envs[g] = _restart(envs[g], spec, buffers[g], _seed(spec, g, generations[g]))
+                break
+            except Exception as exc:
+                failures_in_a_row[g] += 1
+                error = str(exc)
+                if failures_in_a_row[g] >= MAX_RESTARTS_IN_A_ROW:
+                    break
+        if failures_in_a_row[g] >= MAX_RESTARTS_IN_A_ROW:
+            _send_fatal(conn, f"env worker {spec.worker_id}: env group {g} failed {failures_in_a_row[g]} "
+                              f"times in a row; last error: {error}", group=g)
+            return
+        conn.send_bytes(bytes([g, STATUS_ENV_RESTARTED]) + error.encode("utf-8", "replace")[:4000])
+
+
+def _call(env, call: str, buffers: StepBuffers, *args, label: str) -> None:
+    """``env.reset``/``env.step``; an exception becomes a RuntimeError naming the env and the call."""
+    try:
+        getattr(env, call)(buffers, *args)
+    except Exception as exc:
+        if f"raised in {call}()" in str(exc) or f"{call}() returned" in str(exc):
+            raise  # an adapter already named the env and the call
+        raise RuntimeError(f"env '{label}' raised in {call}(): {exc!r}") from exc
+
+
+def _send_fatal(conn, text: str, group: int = 0) -> None:
+    try:
+        conn.send_bytes(bytes([group, STATUS_FATAL]) + text.encode("utf-8", "replace")[:4000])
+    except (OSError, ValueError):
+        pass  # the host is gone; nothing to tell
+
+
+def _close_quietly(env) -> None:
+    try:
+        env.close()
+    except Exception:  # the broken env may fail to close too; it is being replaced or the worker is ending
+        traceback.print_exc()
 
 
 def _seed(spec: WorkerSpec, group: int, generation: int) -> int:
@@ -114,12 +162,10 @@ def _seed(spec: WorkerSpec, group: int, generation: int) -> int:
 
 
 def _restart(env, spec: WorkerSpec, buffers: StepBuffers, seed: int):
-    try:
-        env.close()
-    except Exception:  # the broken env may fail to close too; it is being replaced anyway
-        traceback.print_exc()
+    """Close the broken env group, build and reset a fresh one; the aborted episodes end as terminated."""
+    _close_quietly(env)
     fresh = make_vec_env(spec.env, spec.envs_per_group)
-    fresh.reset(buffers, seed)
+    _call(fresh, "reset", buffers, seed, label=env_label(spec.env))
     buffers.terminated[:] = True  # the aborted episodes end here; the learner must not bootstrap across
     buffers.episode_done[:] = False
     return fresh

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-ENV_NAMES = ("cartpole", "gymnasium", "probe_truncation", "probe_memory", "gridworld")
+ENV_NAMES = ("cartpole", "gridworld", "gymnasium", "gymnasium_vector", "pettingzoo", "probe_truncation",
+             "probe_memory")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -13,12 +14,15 @@ class EnvConfig:
     """Which env to build and its size; shared by actors (which build it) and learner (which reads its spec)."""
 
     name: str = "cartpole"
-    """Env family: cartpole (built-in), gymnasium (by gym_id), gridworld (built-in multi-agent, num_agents/obs_*),
-    or a learner probe: probe_truncation, probe_memory."""
+    """Env family: cartpole or gridworld (built-in), gymnasium (one env by gym_id), gymnasium_vector or
+    pettingzoo (built by entry_point), or a learner probe: probe_truncation, probe_memory."""
     gym_id: str = "CartPole-v1"
     """Gymnasium env id, used when name is 'gymnasium'."""
+    entry_point: str = ""
+    """'module:callable' building the env, for gymnasium_vector (a gymnasium VectorEnv, called with
+    num_envs=... and kwargs) and pettingzoo (a ParallelEnv, called with kwargs)."""
     kwargs: dict[str, Any] = field(default_factory=dict)
-    """Extra keyword arguments passed to the env constructor (gymnasium.make for 'gymnasium')."""
+    """Extra keyword arguments for the env constructor (gymnasium.make, the entry point, or a built-in env)."""
     num_agents: int = 1
     """Agents per environment (1 for single-agent envs)."""
     obs_width: int = 11

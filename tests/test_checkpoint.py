@@ -9,12 +9,13 @@ import pytest
 import torch
 
 from actors.envs.base import EnvSpec
+from actors.envs.spaces import ActionSpace
 from configs.schema import ModelSection
 from learner import checkpoint as ckpt
 from learner.checkpoint import TrainerState, list_checkpoints, load_checkpoint, save_checkpoint
 from policies.mlp import make_policy
 
-SPEC = EnvSpec(num_agents=1, obs_shape=(4,), obs_dtype="float32", num_actions=2)
+SPEC = EnvSpec(num_agents=1, obs_shape=(4,), obs_dtype="float32", action=ActionSpace.discrete(2))
 MODEL = ModelSection(hidden_size=16, num_layers=2)
 FILES = {"model.safetensors", "optimizer.safetensors", "optimizer.json", "trainer_state.json"}
 

@@ -10,6 +10,7 @@ import torch
 
 from actors.assembler import RowAssembler
 from actors.envs.base import EnvSpec, StepBuffers
+from actors.envs.spaces import ActionSpace
 from actors.host import ActorHost, Pending
 from actors.inference import Inference
 from actors.recurrent_state import AgentStates
@@ -17,7 +18,7 @@ from configs.schema import ModelSection
 from policies.lstm import LSTMPolicy
 from policies.mlp import MLPPolicy, load_state_arrays, make_policy, state_arrays
 
-SPEC = EnvSpec(num_agents=1, obs_shape=(2, 3), obs_dtype="float32", num_actions=3)
+SPEC = EnvSpec(num_agents=1, obs_shape=(2, 3), obs_dtype="float32", action=ActionSpace.discrete(3))
 LSTM = ModelSection(hidden_size=8, num_layers=2, core="lstm")
 
 

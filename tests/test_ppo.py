@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from actors.envs.base import EnvSpec
+from actors.envs.spaces import ActionSpace
 from configs.plan import make_plan
 from configs.schema import ModelSection, TrainerSection
 from learner.ppo import RowBatch, explained_variance, ppo_update, sampling_probs
@@ -83,7 +84,7 @@ def test_explained_variance():
 # ---------------------------------------------------------------- one update against NumPy
 
 ROWS, HORIZON, OBS = 8, 4, 4
-SPEC = EnvSpec(num_agents=1, obs_shape=(OBS,), obs_dtype="float32", num_actions=2)
+SPEC = EnvSpec(num_agents=1, obs_shape=(OBS,), obs_dtype="float32", action=ActionSpace.discrete(2))
 
 
 def make_trainer(**kw) -> TrainerSection:

@@ -12,29 +12,57 @@ from typing import Protocol
 
 import numpy as np
 
+from actors.envs.spaces import ActionSpace
+
 
 @dataclass(frozen=True, kw_only=True)
 class EnvSpec:
     """What an env declares up front; carried unchanged through actors, wire and learner."""
 
     num_agents: int
-    """Agents per environment."""
+    """Agents (agent slots) per environment."""
     obs_shape: tuple[int, ...]
     """Shape of one agent's observation."""
     obs_dtype: str
     """NumPy dtype name of observations (kept end to end: uint8 stays uint8)."""
-    num_actions: int
-    """Size of the discrete action space of one agent."""
+    action: ActionSpace
+    """One agent's action space (discrete, multi_discrete or box)."""
+    action_mask: bool = False
+    """Whether the env writes legal-action masks (discrete kinds only)."""
+    episode_stats: tuple[str, ...] = ()
+    """Names of extra per-episode statistics the env reports at episode end (beyond return and length)."""
+
+    def __post_init__(self) -> None:
+        if self.action_mask and self.action.kind == "box":
+            raise ValueError("action masks need a discrete or multi_discrete action space, not box")
+        if np.dtype(self.obs_dtype).name != self.obs_dtype:
+            raise ValueError(f"obs_dtype must be a NumPy dtype name, got {self.obs_dtype!r}")
+
+    @property
+    def num_actions(self) -> int:
+        """Choices of a discrete action space (ValueError for the other kinds)."""
+        return self.action.num_actions
+
+    @property
+    def mask_size(self) -> int:
+        """uint8 flags of one agent's action mask (0 when the env has none)."""
+        return self.action.num_logits if self.action_mask else 0
 
 
 @dataclass(frozen=True, kw_only=True)
 class StepBuffers:
-    """Per-agent-slot arrays an env reads actions from and writes results into (length = agent slots)."""
+    """Per-agent-slot arrays an env reads actions from and writes results into (length A = agent slots).
+
+    Slots whose ``active`` flag is 0 after a call carry no step: the host neither acts for them nor records
+    them. An env that has a reward or an episode end for such a slot holds it back and writes it on the
+    slot's next active step (together with the first observation of the slot's next episode), so every
+    recorded step is a real one and ``terminated``/``truncated`` always arrive with a new episode's first obs.
+    """
 
     obs: np.ndarray
     """[A, *obs_shape] observation after the step (the first obs of the next episode after an auto-reset)."""
     actions: np.ndarray
-    """[A] int32 actions to apply (input)."""
+    """[A, *action.shape] actions to apply (input; int32 for the discrete kinds, float32 for box)."""
     rewards: np.ndarray
     """[A] float32 reward of the transition just taken."""
     terminated: np.ndarray
@@ -44,33 +72,47 @@ class StepBuffers:
     final_obs: np.ndarray
     """[A, *obs_shape] the last observation of an episode that was truncated on this step."""
     episode_done: np.ndarray
-    """[A] bool: an episode ended on this step; episode_return/length are valid there."""
+    """[A] bool: an episode ended on this step; episode_return/length/stats are valid there."""
     episode_return: np.ndarray
     """[A] float32 undiscounted return of the episode that ended."""
     episode_length: np.ndarray
     """[A] int32 length in steps of the episode that ended."""
+    episode_stats: np.ndarray
+    """[A, len(spec.episode_stats)] float32 named statistics of the episode that ended."""
+    action_mask: np.ndarray
+    """[A, spec.mask_size] uint8 legal actions for the next step (1 = legal); width 0 without masks."""
+    active: np.ndarray
+    """[A] bool: the slot holds an agent that acts on this step (set to True by a reset)."""
 
     def clear_step_outputs(self) -> None:
-        """Zero rewards, flags, final observations and episode stats (what a reset leaves behind)."""
+        """What a reset leaves behind: rewards, flags, final observations and stats zeroed, every slot active,
+        every action legal."""
         for array in (self.rewards, self.terminated, self.truncated, self.final_obs, self.episode_done,
-                      self.episode_return, self.episode_length):
+                      self.episode_return, self.episode_length, self.episode_stats):
             array[:] = 0
+        self.active[:] = True
+        self.action_mask[:] = 1
 
     @staticmethod
     def allocate(spec: EnvSpec, num_envs: int) -> "StepBuffers":
         """Private (non-shared) buffers, for tests and single-process use."""
-        slots = num_envs * spec.num_agents
-        return StepBuffers(
-            obs=np.zeros((slots, *spec.obs_shape), dtype=spec.obs_dtype),
-            actions=np.zeros(slots, dtype=np.int32),
-            rewards=np.zeros(slots, dtype=np.float32),
-            terminated=np.zeros(slots, dtype=np.bool_),
-            truncated=np.zeros(slots, dtype=np.bool_),
-            final_obs=np.zeros((slots, *spec.obs_shape), dtype=spec.obs_dtype),
-            episode_done=np.zeros(slots, dtype=np.bool_),
-            episode_return=np.zeros(slots, dtype=np.float32),
-            episode_length=np.zeros(slots, dtype=np.int32),
-        )
+        arrays = {name: np.zeros(shape, dtype=dtype)
+                  for name, shape, dtype in step_buffer_fields(spec, num_envs * spec.num_agents)}
+        arrays["active"][:] = True
+        return StepBuffers(**arrays)
+
+
+def step_buffer_fields(spec: EnvSpec, slots: int) -> list[tuple[str, tuple[int, ...], str]]:
+    """(name, shape, dtype) of every StepBuffers array for ``slots`` agent slots (the shared-memory layout)."""
+    obs = (slots, *spec.obs_shape)
+    return [
+        ("obs", obs, spec.obs_dtype), ("actions", (slots, *spec.action.shape), spec.action.dtype),
+        ("rewards", (slots,), "float32"), ("terminated", (slots,), "bool"), ("truncated", (slots,), "bool"),
+        ("final_obs", obs, spec.obs_dtype), ("episode_done", (slots,), "bool"),
+        ("episode_return", (slots,), "float32"), ("episode_length", (slots,), "int32"),
+        ("episode_stats", (slots, len(spec.episode_stats)), "float32"),
+        ("action_mask", (slots, spec.mask_size), "uint8"), ("active", (slots,), "bool"),
+    ]
 
 
 class VecEnv(Protocol):
@@ -80,7 +122,7 @@ class VecEnv(Protocol):
     num_envs: int
 
     def reset(self, buffers: StepBuffers, seed: int) -> None:
-        """Reset every env; write first observations, zero rewards and all flags."""
+        """Reset every env; write first observations (and masks); ``buffers.clear_step_outputs()`` the rest."""
 
     def step(self, buffers: StepBuffers) -> None:
         """Apply ``buffers.actions``; write results; auto-reset the envs whose episode ended."""

@@ -15,6 +15,7 @@ import numpy as np
 from numba import njit
 
 from actors.envs.base import EnvSpec, StepBuffers
+from actors.envs.spaces import ActionSpace
 
 GRAVITY = 9.8
 MASSCART = 1.0
@@ -116,7 +117,7 @@ class CartPoleVec:
     so a run is a deterministic function of the seed and the actions.
     """
 
-    SPEC = EnvSpec(num_agents=1, obs_shape=(4,), obs_dtype="float32", num_actions=2)
+    SPEC = EnvSpec(num_agents=1, obs_shape=(4,), obs_dtype="float32", action=ActionSpace.discrete(2))
 
     def __init__(self, num_envs: int, *, max_steps: int = DEFAULT_MAX_STEPS) -> None:
         """Create ``num_envs`` envs truncated after ``max_steps`` steps (``<= 0``: CartPole-v1's 500)."""

@@ -36,6 +36,7 @@ import numpy as np
 from numba import njit
 
 from actors.envs.base import EnvSpec, StepBuffers
+from actors.envs.spaces import ActionSpace
 
 EMPTY, WALL, RESOURCE, CONVERTER, DEPLETED = 0, 1, 2, 3, 4
 NUM_CHANNELS = 6
@@ -309,7 +310,7 @@ class GridworldVec:
     def spec_for(num_agents: int, obs_height: int, obs_width: int) -> EnvSpec:
         """The spec of a gridworld with this agent count and observation window."""
         return EnvSpec(num_agents=num_agents, obs_shape=(NUM_CHANNELS, obs_height, obs_width),
-                       obs_dtype="uint8", num_actions=NUM_ACTIONS)
+                       obs_dtype="uint8", action=ActionSpace.discrete(NUM_ACTIONS))
 
     def _map_args(self) -> tuple:
         s = self.settings

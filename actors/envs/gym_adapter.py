@@ -46,7 +46,7 @@ def spec_from_spaces(gym_id: str, observation_space: spaces.Space, action_space:
         num_agents=1,
         obs_shape=tuple(int(d) for d in observation_space.shape),
         obs_dtype=np.dtype(observation_space.dtype).name,
-        num_actions=int(action_space.n),
+        action=ActionSpace.discrete(int(action_space.n)),
     )
 
 

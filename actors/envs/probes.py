@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from actors.envs.base import EnvSpec, StepBuffers
+from actors.envs.spaces import ActionSpace
 
 MEMORY_DEFAULT_DELAY = 8
 """Steps between the cue and the answer observation when env.kwargs has no 'delay'."""
@@ -53,7 +54,7 @@ def memory_delay(kwargs: Mapping[str, Any]) -> int:
 class TruncationProbeVec:
     """``num_envs`` copies of: zero observation, reward 1, never terminal, truncated at ``max_steps`` steps."""
 
-    SPEC = EnvSpec(num_agents=1, obs_shape=(4,), obs_dtype="float32", num_actions=2)
+    SPEC = EnvSpec(num_agents=1, obs_shape=(4,), obs_dtype="float32", action=ActionSpace.discrete(2))
 
     def __init__(self, num_envs: int, *, max_steps: int) -> None:
         """Create ``num_envs`` envs whose episodes are cut after exactly ``max_steps`` (>= 1) steps."""
@@ -108,7 +109,7 @@ class MemoryProbeVec:
     the seed and the actions.
     """
 
-    SPEC = EnvSpec(num_agents=1, obs_shape=(3,), obs_dtype="float32", num_actions=2)
+    SPEC = EnvSpec(num_agents=1, obs_shape=(3,), obs_dtype="float32", action=ActionSpace.discrete(2))
 
     def __init__(self, num_envs: int, *, delay: int = MEMORY_DEFAULT_DELAY) -> None:
         """Create ``num_envs`` envs whose answer comes ``delay`` (>= 1) steps after the cue."""

@@ -6,6 +6,8 @@ from actors.envs.base import EnvSpec, VecEnv
 from actors.envs.cartpole import CartPoleVec
 from actors.envs.gridworld import GridworldVec, grid_settings
 from actors.envs.gym_adapter import GymnasiumVecEnv
+from actors.envs.gym_vector_adapter import GymnasiumVectorAdapter
+from actors.envs.pettingzoo_adapter import PettingZooParallelAdapter
 from actors.envs.probes import MemoryProbeVec, TruncationProbeVec, memory_delay
 from configs.env_config import ENV_NAMES, EnvConfig
 
@@ -17,9 +19,13 @@ def _check_name(cfg: EnvConfig) -> None:
         raise ValueError(f"unknown env.name {cfg.name!r}; allowed names: {allowed}")
 
 
-def _env_label(cfg: EnvConfig) -> str:
-    """How an env is named in messages: 'cartpole' or 'gymnasium:CartPole-v1'."""
-    return f"gymnasium:{cfg.gym_id}" if cfg.name == "gymnasium" else cfg.name
+def env_label(cfg: EnvConfig) -> str:
+    """How an env is named in messages: 'cartpole', 'gymnasium:CartPole-v1', 'pettingzoo:pkg.mod:fn'."""
+    if cfg.name == "gymnasium":
+        return f"gymnasium:{cfg.gym_id}"
+    if cfg.name in _ENTRY_POINT_ENVS:
+        return f"{cfg.name}:{cfg.entry_point}"
+    return cfg.name
 
 
 def _check_agents(cfg: EnvConfig, spec: EnvSpec) -> None:
@@ -27,7 +33,7 @@ def _check_agents(cfg: EnvConfig, spec: EnvSpec) -> None:
     if cfg.num_agents != spec.num_agents:
         plural = "agent" if spec.num_agents == 1 else "agents"
         raise ValueError(
-            f"env.num_agents={cfg.num_agents} but env '{_env_label(cfg)}' has "
+            f"env.num_agents={cfg.num_agents} but env '{env_label(cfg)}' has "
             f"{spec.num_agents} {plural} per environment"
         )
 
@@ -37,6 +43,9 @@ def _check_no_kwargs(cfg: EnvConfig) -> None:
     if cfg.kwargs:
         raise ValueError(f"env.kwargs is not supported for env '{cfg.name}' (got keys {sorted(cfg.kwargs)})")
 
+
+_ENTRY_POINT_ENVS = {"gymnasium_vector": GymnasiumVectorAdapter, "pettingzoo": PettingZooParallelAdapter}
+"""Envs built by calling env.entry_point ('module:callable')."""
 
 _BUILTIN_SPECS: dict[str, EnvSpec] = {
     "cartpole": CartPoleVec.SPEC,
@@ -69,19 +78,36 @@ def _gridworld_spec(cfg: EnvConfig) -> EnvSpec:
 
 
 def env_spec(cfg: EnvConfig) -> EnvSpec:
-    """The spec of the env ``cfg`` describes (building one throwaway Gymnasium env if needed)."""
+    """The spec of the env ``cfg`` describes (building one throwaway external env if needed)."""
     _check_name(cfg)
     if cfg.name == "gridworld":
         return _gridworld_spec(cfg)
     if cfg.name in _BUILTIN_SPECS:
         return _check_builtin(cfg)
-    env = GymnasiumVecEnv(cfg.gym_id, 1, max_steps=cfg.max_steps, kwargs=cfg.kwargs)
-    try:
-        spec = env.spec
-    finally:
-        env.close()
-    _check_agents(cfg, spec)
+    env = _make_external(cfg, 1)
+    spec = env.spec
+    env.close()
     return spec
+
+
+def _make_external(cfg: EnvConfig, num_envs: int) -> VecEnv:
+    """A Gymnasium / Gymnasium-vector / PettingZoo env through its adapter, agent count checked."""
+    if cfg.name == "gymnasium":
+        env: VecEnv = GymnasiumVecEnv(cfg.gym_id, num_envs, max_steps=cfg.max_steps, kwargs=cfg.kwargs)
+    else:
+        if not cfg.entry_point:
+            raise ValueError(f"env.name '{cfg.name}' needs env.entry_point, e.g. "
+                             f"{_ENTRY_POINT_EXAMPLES[cfg.name]!r}")
+        env = _ENTRY_POINT_ENVS[cfg.name](cfg.entry_point, num_envs, max_steps=cfg.max_steps, kwargs=cfg.kwargs)
+    try:
+        _check_agents(cfg, env.spec)
+    except ValueError:
+        env.close()
+        raise
+    return env
+
+
+_ENTRY_POINT_EXAMPLES = {"gymnasium_vector": "gymnasium:make_vec", "pettingzoo": "mpe2.simple_spread_v3:parallel_env"}
 
 
 def make_vec_env(cfg: EnvConfig, num_envs: int) -> VecEnv:
@@ -98,10 +124,4 @@ def make_vec_env(cfg: EnvConfig, num_envs: int) -> VecEnv:
         if cfg.name == "probe_truncation":
             return TruncationProbeVec(num_envs, max_steps=cfg.max_steps)
         return MemoryProbeVec(num_envs, delay=memory_delay(cfg.kwargs))
-    env = GymnasiumVecEnv(cfg.gym_id, num_envs, max_steps=cfg.max_steps, kwargs=cfg.kwargs)
-    try:
-        _check_agents(cfg, env.spec)
-    except ValueError:
-        env.close()
-        raise
-    return env
+    return _make_external(cfg, num_envs)

@@ -1,0 +1,6 @@
+"""Placeholder: being written."""
+
+
+class PettingZooParallelAdapter:
+    def __init__(self, entry_point, num_envs, *, max_steps, kwargs):
+        raise NotImplementedError
