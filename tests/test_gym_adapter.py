@@ -1,92 +1,35 @@
-"""GymnasiumVecEnv and the env registry: dtypes, auto-reset, episode stats and error messages."""
+"""GymnasiumVecEnv and the env registry: dtypes, auto-reset, episode stats, action spaces, masks and errors."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import gymnasium
 import numpy as np
 import pytest
-from gymnasium import spaces
 
 from actors.envs.base import StepBuffers
 from actors.envs.cartpole import CartPoleVec
 from actors.envs.gym_adapter import GymnasiumVecEnv
+from actors.envs.spaces import ActionSpace
 from actors.envs.registry import env_spec, make_vec_env
 from configs.env_config import EnvConfig
+from tests.fake_envs import mask_at
 
 UINT8_ID = "SluiceTest/Uint8Grid-v0"
 BAD_OBS_ID = "SluiceTest/BadObs-v0"
 RAISING_ID = "SluiceTest/Raising-v0"
-
-
-class Uint8GridEnv(gymnasium.Env):
-    """uint8 image observations; terminates after ``length`` steps; reward = action + 1."""
-
-    observation_space = spaces.Box(0, 255, shape=(3, 5, 5), dtype=np.uint8)
-    action_space = spaces.Discrete(3)
-
-    def __init__(self, length: int = 4) -> None:
-        self.length = length
-        self.t = 0
-
-    def _obs(self) -> np.ndarray:
-        return self.np_random.integers(0, 256, size=(3, 5, 5), dtype=np.uint8)
-
-    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
-        super().reset(seed=seed)
-        self.t = 0
-        return self._obs(), {}
-
-    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
-        self.t += 1
-        return self._obs(), float(action) + 1.0, self.t >= self.length, False, {}
-
-
-class BadObsEnv(Uint8GridEnv):
-    """Returns an observation of the wrong shape or dtype from reset or step."""
-
-    def __init__(self, bad: str = "shape", when: str = "step") -> None:
-        super().__init__(length=100)
-        self.bad, self.when = bad, when
-
-    def _wrong(self) -> np.ndarray:
-        obs = self._obs()
-        return obs.reshape(75) if self.bad == "shape" else obs.astype(np.float32)
-
-    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
-        obs, info = super().reset(seed=seed)
-        return (self._wrong() if self.when == "reset" else obs), info
-
-    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
-        _, reward, term, trunc, info = super().step(action)
-        return self._wrong(), reward, term, trunc, info
-
-
-class RaisingEnv(Uint8GridEnv):
-    """Raises from step after one step, or from reset."""
-
-    def __init__(self, where: str = "step") -> None:
-        super().__init__(length=100)
-        self.where = where
-
-    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
-        if self.where == "reset":
-            raise OSError("simulator crashed in reset")
-        return super().reset(seed=seed)
-
-    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
-        if self.t >= 1:
-            raise ZeroDivisionError("physics blew up")
-        return super().step(action)
+ECHO_ID = "SluiceTest/Echo-v0"
+UNSUPPORTED_ID = "SluiceTest/Unsupported-v0"
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _registered_envs() -> Iterator[None]:
-    ids = {UINT8_ID: Uint8GridEnv, BAD_OBS_ID: BadObsEnv, RAISING_ID: RaisingEnv}
+    ids = {UINT8_ID: "Uint8GridEnv", BAD_OBS_ID: "BadObsEnv", RAISING_ID: "RaisingEnv", ECHO_ID: "EchoEnv",
+           UNSUPPORTED_ID: "UnsupportedEnv"}
     for env_id, cls in ids.items():
-        gymnasium.register(id=env_id, entry_point=cls, max_episode_steps=3 if cls is Uint8GridEnv else None)
+        gymnasium.register(id=env_id, entry_point=f"tests.fake_envs:{cls}",
+                           max_episode_steps=3 if env_id == UINT8_ID else None, disable_env_checker=True)
     yield
     for env_id in ids:
         del gymnasium.registry[env_id]
@@ -164,9 +107,86 @@ def test_max_steps_zero_keeps_registered_limit() -> None:
     assert not np.array_equal(last, buf.obs[0])  # obs is the next episode's first
 
 
-def test_box_action_space_rejected() -> None:
-    with pytest.raises(ValueError, match=r"gymnasium env 'Pendulum-v1': action space is Box.*Discrete action"):
-        GymnasiumVecEnv("Pendulum-v1", 1, max_steps=0, kwargs={})
+def test_pendulum_box_action_space() -> None:
+    env = GymnasiumVecEnv("Pendulum-v1", 2, max_steps=3, kwargs={})
+    assert env.spec.action == ActionSpace.box([-2.0], [2.0]) and env.spec.obs_shape == (3,)
+    buf = _buffers(env)
+    env.reset(buf, seed=0)
+    buf.actions[:] = [[5.0], [-0.5]]  # 5.0 is clipped to the space's bound 2.0
+    for _ in range(3):
+        env.step(buf)
+    assert buf.truncated.all() and buf.episode_done.all() and (buf.episode_length == 3).all()
+    env.close()
+
+
+@pytest.mark.parametrize(
+    ("kind", "actions", "received"),
+    [
+        ("discrete", [0, 2], [-1, 1]),  # Discrete(3, start=-1)
+        ("multi_discrete", [[0, 0], [2, 1]], [[1, -1], [3, 0]]),  # MultiDiscrete([3, 2], start=[1, -1])
+        ("box", [[-7.0, 0.5], [0.25, 9.0]], [[-1.0, 0.5], [0.25, 2.0]]),  # clipped to [-1, 1] x [0, 2]
+    ],
+)
+def test_actions_reach_the_env_converted(kind: str, actions: list, received: list) -> None:
+    env = GymnasiumVecEnv(ECHO_ID, 2, max_steps=0, kwargs={"kind": kind, "length": 5})
+    assert env.spec.action.kind == kind
+    buf = _buffers(env)
+    env.reset(buf, seed=0)
+    buf.actions[:] = np.asarray(actions, dtype=buf.actions.dtype)
+    env.step(buf)
+    for i in range(2):
+        got = env._envs[i].unwrapped.received[-1]
+        np.testing.assert_array_equal(got, received[i])
+        if kind == "box":
+            assert got.dtype == np.float64  # the space's dtype
+        assert buf.rewards[i] == 10.0 + np.sum(received[i])
+
+
+def test_action_out_of_range_names_env() -> None:
+    env = GymnasiumVecEnv(ECHO_ID, 2, max_steps=0, kwargs={"kind": "multi_discrete"})
+    buf = _buffers(env)
+    env.reset(buf, seed=0)
+    buf.actions[:] = [[0, 0], [1, 2]]
+    with pytest.raises(ValueError, match=rf"gymnasium env '{ECHO_ID}' \(env 1\): action \[1, 2\] is out of range "
+                                         r"for MultiDiscrete\(\[3, 2\]\)"):
+        env.step(buf)
+    env = GymnasiumVecEnv(ECHO_ID, 1, max_steps=0, kwargs={})
+    buf = _buffers(env)
+    env.reset(buf, seed=0)
+    buf.actions[:] = 3
+    with pytest.raises(ValueError, match=r"\(env 0\): action 3 is out of range \[0, 3\)"):
+        env.step(buf)
+
+
+def test_dict_observation_masks_reach_buffers() -> None:
+    env = GymnasiumVecEnv(ECHO_ID, 2, max_steps=0, kwargs={"kind": "masked", "length": 3})
+    assert env.spec.action_mask and env.spec.mask_size == 4 and env.spec.obs_shape == (3,)
+    buf = _buffers(env)
+    env.reset(buf, seed=4)
+    np.testing.assert_array_equal(buf.obs, [[0, 0, 4], [0, 0, 5]])
+    for t in range(6):
+        np.testing.assert_array_equal(buf.action_mask, [mask_at(t % 3, 0)] * 2)
+        buf.actions[:] = np.flatnonzero(buf.action_mask[0])[-1]  # a legal action (the env raises otherwise)
+        env.step(buf)
+    env.close()
+
+
+@pytest.mark.parametrize(
+    ("what", "message"),
+    [
+        ("tuple_obs", r"observation space is Tuple\(.*\(Tuple\); supported: Box observation"),
+        ("text_action", r"action space is Text\(.*\(Text\); supported:"),
+        ("int_box_action", r"action space is Box\(.*; a Box action space needs a float dtype, not int64; supported"),
+        ("2d_box_action", r"action space is Box\(.*; a Box action space needs shape \(d,\), not \(2, 2\)"),
+        ("2d_multi_discrete", r"action space is MultiDiscrete\(\[\[2 3\] \[4 5\]\]\) \(MultiDiscrete\); its nvec has shape \(2, 2\), not 1-D"),
+        ("dict_without_mask", r"observation space is Dict\(.*'extra'.*\(Dict\); supported:"),
+        ("mask_wrong_size", r"observation space is Dict\(.*\(Dict\); its action_mask has shape \(3,\) but the action space Discrete\(2\) needs \(2,\)"),
+        ("mask_with_box_action", r"observation space is Dict\(.*; an action mask needs Discrete or MultiDiscrete actions, not Box\("),
+    ],
+)
+def test_unsupported_spaces_rejected(what: str, message: str) -> None:
+    with pytest.raises(ValueError, match=rf"^gymnasium env '{UNSUPPORTED_ID}': {message}"):
+        GymnasiumVecEnv(UNSUPPORTED_ID, 1, max_steps=0, kwargs={"what": what})
 
 
 def test_non_box_observation_rejected() -> None:
@@ -221,7 +241,7 @@ def test_unknown_gym_id() -> None:
 def test_unknown_env_name() -> None:
     cfg = EnvConfig(name="atari")
     for call in (lambda: env_spec(cfg), lambda: make_vec_env(cfg, 1)):
-        with pytest.raises(ValueError, match=r"unknown env.name 'atari'; allowed names: 'cartpole', 'gymnasium'"):
+        with pytest.raises(ValueError, match=r"unknown env.name 'atari'; allowed names: 'cartpole', .*'gymnasium'"):
             call()
 
 

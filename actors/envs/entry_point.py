@@ -1,0 +1,40 @@
+"""Resolve an ``env.entry_point`` string ('module:callable') to the callable it names.
+
+The part before the colon is imported with ``importlib.import_module``; the part after it is looked up
+attribute by attribute (``'pkg.mod:Factory.build'`` is allowed). Every failure is a ValueError that names
+``env.entry_point``, the env it belongs to and what is wrong, so a bad config fails with a readable message.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+EXAMPLE = "mpe2.simple_spread_v3:parallel_env"
+
+
+def resolve_entry_point(text: str, *, env_name: str) -> Callable[..., Any]:
+    """The callable ``text`` ('module:callable' or 'module:attr.attr') names; ValueError if it cannot be had."""
+    where = f"env.entry_point {text!r} (env '{env_name}')"
+    module_name, sep, attr_path = text.partition(":")
+    attrs = attr_path.split(".")
+    if (not sep or ":" in attr_path or not module_name.strip() or not all(a.isidentifier() for a in attrs)
+            or not all(part.isidentifier() for part in module_name.split("."))):
+        raise ValueError(f"{where} must look like 'module:callable' (a dotted module path, a colon, then an "
+                         f"attribute path), e.g. {EXAMPLE!r}")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"{where}: module {module_name!r} cannot be imported: {exc}") from exc
+    except Exception as exc:  # a module that fails while running its top level is a config error too
+        raise ValueError(f"{where}: importing module {module_name!r} raised {exc!r}") from exc
+    for depth, attr in enumerate(attrs):
+        try:
+            obj = getattr(obj, attr)
+        except AttributeError as exc:
+            owner = ".".join([module_name, *attrs[:depth]])
+            raise ValueError(f"{where}: {owner!r} has no attribute {attr!r}") from exc
+    if not callable(obj):
+        raise ValueError(f"{where}: {module_name}:{attr_path} is not callable (its type is {type(obj).__name__})")
+    return obj

@@ -1,0 +1,190 @@
+"""Gymnasium spaces <-> Sluice's EnvSpec, shared by the Gymnasium, Gymnasium-vector and PettingZoo adapters.
+
+What maps onto what (one agent's spaces):
+
+* observation ``Box`` (any shape, any dtype) -> ``obs_shape``/``obs_dtype`` unchanged (uint8 stays uint8);
+* observation ``Dict{"observation": Box, "action_mask": Box | MultiBinary}`` (the PettingZoo classic
+  convention) -> the ``observation`` Box as above plus ``spec.action_mask=True``; the mask must hold
+  ``sum(nvec)`` flags (one block of ``nvec[i]`` per component) and any nonzero flag is written as 1 (legal);
+* action ``Discrete(n, start)`` -> ``ActionSpace.discrete(n)``; Sluice's action ``a`` in ``[0, n)`` becomes
+  ``start + a``;
+* action ``MultiDiscrete(nvec, start)`` with a 1-D ``nvec`` -> ``ActionSpace.multi_discrete(nvec)``;
+  component-wise ``start + a``, cast to the space's dtype;
+* action ``Box`` (float dtype, shape ``(d,)``) -> ``ActionSpace.box(low, high)``; Sluice's float32 action
+  (an unclipped Gaussian sample) is clipped to ``[low, high]`` and cast to the space's dtype.
+
+Anything else is a ValueError naming the env (its label), the space and what is supported. Observations
+and masks an env returns are checked against the declared spaces; a mismatch is a ValueError naming the
+env, the env index, the call (reset/step), what came back and what was expected.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+from actors.envs.base import EnvSpec
+from actors.envs.spaces import ActionSpace
+
+SUPPORTED = ("supported: Box observation spaces (any dtype), or Dict observation spaces with exactly the keys "
+             "'observation' (a Box) and 'action_mask' (a Box or MultiBinary of sum(nvec) flags); Discrete, "
+             "MultiDiscrete (1-D nvec) and Box (float dtype, 1-D shape) action spaces")
+
+
+def _unsupported(label: str, which: str, space: spaces.Space, why: str = "") -> ValueError:
+    """The ValueError for a space Sluice cannot carry."""
+    detail = f"; {why}" if why else ""
+    text = " ".join(repr(space).split())  # one line, even for multi-dimensional nvec
+    return ValueError(f"{label}: {which} space is {text} ({type(space).__name__}){detail}; {SUPPORTED}")
+
+
+def _action_space(label: str, space: spaces.Space) -> ActionSpace:
+    """Sluice's ActionSpace for a Gymnasium action space (ValueError if unsupported)."""
+    if isinstance(space, spaces.Discrete):
+        return ActionSpace.discrete(int(space.n))
+    if isinstance(space, spaces.MultiDiscrete):
+        if space.nvec.ndim != 1:
+            raise _unsupported(label, "action", space, f"its nvec has shape {space.nvec.shape}, not 1-D")
+        return ActionSpace.multi_discrete([int(n) for n in space.nvec])
+    if isinstance(space, spaces.Box):
+        if not np.issubdtype(space.dtype, np.floating):
+            raise _unsupported(label, "action", space, f"a Box action space needs a float dtype, not {space.dtype}")
+        if len(space.shape) != 1:
+            raise _unsupported(label, "action", space, f"a Box action space needs shape (d,), not {space.shape}")
+        return ActionSpace.box(space.low, space.high)
+    raise _unsupported(label, "action", space)
+
+
+def _observation_parts(label: str, space: spaces.Space) -> tuple[spaces.Box, spaces.Space | None]:
+    """(observation Box, action-mask space or None) of a supported observation space."""
+    if isinstance(space, spaces.Box):
+        return space, None
+    if isinstance(space, spaces.Dict) and set(space.spaces) == {"observation", "action_mask"}:
+        obs, mask = space.spaces["observation"], space.spaces["action_mask"]
+        if isinstance(obs, spaces.Box) and isinstance(mask, (spaces.Box, spaces.MultiBinary)):
+            return obs, mask
+    raise _unsupported(label, "observation", space)
+
+
+def spec_from_spaces(label: str, observation_space: spaces.Space, action_space: spaces.Space, *,
+                     num_agents: int = 1) -> EnvSpec:
+    """The EnvSpec of an env whose agents have these spaces; ValueError naming ``label`` if unsupported."""
+    obs, mask = _observation_parts(label, observation_space)
+    action = _action_space(label, action_space)
+    if mask is not None:
+        if action.kind == "box":
+            raise _unsupported(label, "observation", observation_space,
+                               f"an action mask needs Discrete or MultiDiscrete actions, not {action_space!r}")
+        if tuple(mask.shape) != (action.num_logits,):
+            raise _unsupported(label, "observation", observation_space,
+                               f"its action_mask has shape {tuple(mask.shape)} but the action space "
+                               f"{action_space!r} needs ({action.num_logits},) flags (sum(nvec))")
+    return EnvSpec(num_agents=num_agents, obs_shape=tuple(int(d) for d in obs.shape),
+                   obs_dtype=np.dtype(obs.dtype).name, action=action, action_mask=mask is not None)
+
+
+class SpaceConverter:
+    """One agent's Gymnasium spaces and the conversions between them and Sluice's buffers.
+
+    ``label`` prefixes every message (e.g. ``"gymnasium env 'CartPole-v1'"``); ``source`` names where the
+    expected shapes come from (``observation_space``, ``single_observation_space``, ...). Methods taking
+    ``where`` put it after the label (e.g. ``"(env 3)"``, ``"(env 0, agent 'agent_1')"``).
+    """
+
+    def __init__(self, label: str, observation_space: spaces.Space, action_space: spaces.Space, *,
+                 num_agents: int = 1, source: str = "observation_space") -> None:
+        """Build the spec (ValueError if unsupported) and remember how to convert actions and observations."""
+        self.label = label
+        self.source = source
+        self.spec = spec_from_spaces(label, observation_space, action_space, num_agents=num_agents)
+        self.action_space = action_space
+        self._dict_obs = isinstance(observation_space, spaces.Dict)
+        self._obs_dtype = np.dtype(self.spec.obs_dtype)
+        self._env_dtype = np.dtype(action_space.dtype) if action_space.dtype is not None else np.dtype(np.int64)
+        action = self.spec.action
+        if action.kind == "box":
+            assert isinstance(action_space, spaces.Box)
+            self._low = action_space.low.astype(np.float64)
+            self._high = action_space.high.astype(np.float64)
+        else:
+            self._start = np.asarray(getattr(action_space, "start", 0), dtype=np.int64)
+            self._nvec = np.asarray(action.nvec, dtype=np.int64).reshape(action.shape or ())
+
+    # ----- actions -----
+
+    def _range_text(self) -> str:
+        """The legal Sluice actions, for messages."""
+        action = self.spec.action
+        if action.kind == "discrete":
+            return f"[0, {action.nvec[0]})"
+        return f"for {action.describe()} (component i in [0, nvec[i]))"
+
+    def check_actions(self, actions: np.ndarray, where: Callable[[int], str]) -> None:
+        """ValueError naming the first row ``b`` (as ``where(b)``) whose action is out of range or not finite.
+
+        ``actions`` is ``[B, *action.shape]`` in Sluice's form (0-based ints / float32).
+        """
+        if self.spec.action.kind == "box":
+            bad = ~np.isfinite(actions).reshape(len(actions), -1).all(axis=1)
+            text = "is not finite"
+        else:
+            out = (actions < 0) | (actions >= self._nvec)
+            bad = out.reshape(len(actions), -1).any(axis=1)
+            text = f"is out of range {self._range_text()}"
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
+            value = actions[row].tolist()
+            raise ValueError(f"{self.label} {where(row)}: action {value} {text}")
+
+    def to_env_actions(self, actions: np.ndarray) -> np.ndarray:
+        """Sluice actions ``[B, *action.shape]`` as the env's batched actions (start added / clipped, env dtype)."""
+        if self.spec.action.kind == "box":
+            return np.clip(actions.astype(np.float64), self._low, self._high).astype(self._env_dtype)
+        return (actions.astype(np.int64) + self._start).astype(self._env_dtype)
+
+    def to_env_action(self, action: np.ndarray) -> Any:
+        """One Sluice action as the env's action (a Python int for Discrete, an array otherwise)."""
+        converted = self.to_env_actions(np.asarray(action)[None])[0]
+        return int(converted) if self.spec.action.kind == "discrete" else converted
+
+    def placeholder_action(self) -> np.ndarray:
+        """A legal Sluice action (all zeros) to hand an env that ignores the action anyway."""
+        return np.zeros(self.spec.action.shape, dtype=self.spec.action.dtype)
+
+    # ----- observations and masks -----
+
+    def obs_and_mask(self, raw: Any, *, call: str, where: str) -> tuple[np.ndarray, np.ndarray | None]:
+        """One agent's (observation, uint8 mask or None) from what the env returned; ValueError on mismatch."""
+        return self._extract(raw, (), call=call, where=where, noun="an observation")
+
+    def batch_obs_and_mask(self, raw: Any, n: int, *, call: str) -> tuple[np.ndarray, np.ndarray | None]:
+        """``n`` stacked observations (and masks) from a vector env; ValueError on mismatch."""
+        return self._extract(raw, (n,), call=call, where=f"(all {n} envs)", noun="observations")
+
+    def _extract(self, raw: Any, lead: tuple[int, ...], *, call: str, where: str,
+                 noun: str) -> tuple[np.ndarray, np.ndarray | None]:
+        """Split and validate observations with leading batch shape ``lead``."""
+        prefix = f"{self.label} {where} {call}() returned"
+        mask_raw: Any = None
+        if self._dict_obs:
+            if not isinstance(raw, Mapping) or "observation" not in raw or "action_mask" not in raw:
+                got = sorted(raw) if isinstance(raw, Mapping) else type(raw).__name__
+                raise ValueError(f"{prefix} {noun} of {got}; expected a dict with keys 'observation' and "
+                                 f"'action_mask' (from its {self.source})")
+            raw, mask_raw = raw["observation"], raw["action_mask"]
+        obs = np.asarray(raw)
+        expected = (*lead, *self.spec.obs_shape)
+        if obs.shape != expected or obs.dtype != self._obs_dtype:
+            raise ValueError(f"{prefix} {noun} with shape {obs.shape} dtype {obs.dtype}; expected shape "
+                             f"{expected} dtype {self.spec.obs_dtype} (from its {self.source})")
+        if mask_raw is None:
+            return obs, None
+        mask = np.asarray(mask_raw)
+        expected = (*lead, self.spec.mask_size)
+        if mask.shape != expected or mask.dtype.kind not in "biuf":
+            raise ValueError(f"{prefix} an action mask with shape {mask.shape} dtype {mask.dtype}; expected "
+                             f"shape {expected} of 0/1 flags (sum(nvec) per agent, from its {self.source})")
+        return obs, (mask != 0).astype(np.uint8)
