@@ -163,11 +163,40 @@ class UnsupportedEnv(gymnasium.Env):
 
 
 def sync_vector(num_envs: int, *, env: str = "EchoEnv", autoreset_mode: str = "NextStep",
-                env_kwargs: dict[str, Any] | None = None) -> SyncVectorEnv:
-    """A SyncVectorEnv of ``num_envs`` of this module's envs, in the given autoreset mode."""
+                env_kwargs: dict[str, Any] | None = None,
+                per_env: list[dict[str, Any]] | None = None) -> SyncVectorEnv:
+    """A SyncVectorEnv of ``num_envs`` of this module's envs, in the given autoreset mode.
+
+    Sub-env ``i`` gets ``env_kwargs`` updated with ``per_env[i]`` (if given)."""
     cls = globals()[env]
-    kwargs = env_kwargs or {}
-    return SyncVectorEnv([lambda: cls(**kwargs) for _ in range(num_envs)], autoreset_mode=autoreset_mode)
+    kwargs = [{**(env_kwargs or {}), **(per_env[i] if per_env else {})} for i in range(num_envs)]
+    return SyncVectorEnv([lambda kw=kw: cls(**kw) for kw in kwargs], autoreset_mode=autoreset_mode)
+
+
+class _CastObservations(gymnasium.vector.VectorObservationWrapper):
+    """Returns observations cast to float32 from reset or step (its declared spaces unchanged)."""
+
+    def __init__(self, env: gymnasium.vector.VectorEnv, when: str) -> None:
+        super().__init__(env)
+        self.when = when
+        self.calls = 0
+
+    def reset(self, **kwargs: Any) -> Any:
+        self.calls = 0
+        return super().reset(**kwargs)
+
+    def step(self, actions: Any) -> Any:
+        self.calls = 1
+        return super().step(actions)
+
+    def observations(self, observations: Any) -> Any:
+        wrong = self.calls == (0 if self.when == "reset" else 1)
+        return np.asarray(observations).astype(np.float32) if wrong else observations
+
+
+def bad_obs_vector(num_envs: int, when: str = "reset") -> gymnasium.vector.VectorEnv:
+    """Wrong: float32 batched observations (from reset or step) from a vector env that declares uint8 ones."""
+    return _CastObservations(sync_vector(num_envs, env="Uint8GridEnv"), when)
 
 
 def not_a_vector_env(num_envs: int) -> gymnasium.Env:
