@@ -227,6 +227,7 @@ class StaggeredParallelEnv(ParallelEnv):
     """
 
     metadata = {"name": "staggered_v0"}
+    render_mode = None
 
     def __init__(self, ends: dict[str, list[Any]] | None = None, kind: str = "discrete") -> None:
         self.ends = ends or {"a": ["term", 1], "b": ["trunc", 2], "c": ["term", 3]}
@@ -295,7 +296,9 @@ class UnsupportedParallelEnv(StaggeredParallelEnv):
 
 
 class FaultyParallelEnv(StaggeredParallelEnv):
-    """Misbehaves on demand: ``fault`` in raise_reset, raise_step, bad_obs_reset, bad_obs_step, missing_agent."""
+    """Misbehaves on demand: ``fault`` in raise_reset, raise_step, bad_obs_reset, bad_obs_step, missing_agent,
+    no_obs_step (no observation for 'c'), vanish (drops 'c' from agents without a flag), rejoin ('a' comes
+    back after it terminated)."""
 
     def __init__(self, fault: str = "raise_step") -> None:
         super().__init__()
@@ -317,6 +320,12 @@ class FaultyParallelEnv(StaggeredParallelEnv):
         obs, rewards, terms, truncs, infos = super().step(actions)
         if self.fault == "bad_obs_step":
             obs["c"] = obs["c"][:2]
+        if self.fault == "no_obs_step":
+            del obs["c"]
+        if self.fault == "vanish":
+            self.agents.remove("c")
+        if self.fault == "rejoin" and self.t == 2:
+            self.agents.insert(0, "a")
         return obs, rewards, terms, truncs, infos
 
 

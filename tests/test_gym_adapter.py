@@ -178,10 +178,13 @@ def test_dict_observation_masks_reach_buffers() -> None:
         ("text_action", r"action space is Text\(.*\(Text\); supported:"),
         ("int_box_action", r"action space is Box\(.*; a Box action space needs a float dtype, not int64; supported"),
         ("2d_box_action", r"action space is Box\(.*; a Box action space needs shape \(d,\), not \(2, 2\)"),
-        ("2d_multi_discrete", r"action space is MultiDiscrete\(\[\[2 3\] \[4 5\]\]\) \(MultiDiscrete\); its nvec has shape \(2, 2\), not 1-D"),
+        ("2d_multi_discrete", r"action space is MultiDiscrete\(\[\[2 3\] \[4 5\]\]\) \(MultiDiscrete\); its nvec "
+                              r"has shape \(2, 2\), not 1-D"),
         ("dict_without_mask", r"observation space is Dict\(.*'extra'.*\(Dict\); supported:"),
-        ("mask_wrong_size", r"observation space is Dict\(.*\(Dict\); its action_mask has shape \(3,\) but the action space Discrete\(2\) needs \(2,\)"),
-        ("mask_with_box_action", r"observation space is Dict\(.*; an action mask needs Discrete or MultiDiscrete actions, not Box\("),
+        ("mask_wrong_size", r"observation space is Dict\(.*\(Dict\); its action_mask has shape \(3,\) but the "
+                            r"action space Discrete\(2\) needs \(2,\)"),
+        ("mask_with_box_action", r"observation space is Dict\(.*; an action mask needs Discrete or MultiDiscrete "
+                                 r"actions, not Box\("),
     ],
 )
 def test_unsupported_spaces_rejected(what: str, message: str) -> None:

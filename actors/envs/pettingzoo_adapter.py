@@ -1,6 +1,231 @@
-"""Placeholder: being written."""
+"""PettingZoo ParallelEnvs behind Sluice's VecEnv contract.
+
+``env.entry_point`` names a callable (e.g. ``mpe2.simple_spread_v3:parallel_env``) called as
+``fn(**env.kwargs)`` once per environment; each result must be a ``pettingzoo.ParallelEnv``. With
+``num_agents = len(possible_agents)``, agent ``j`` (in ``possible_agents`` order) of env ``e`` is agent slot
+``e * num_agents + j``. All agents must share one observation space and one action space; they map as
+``actors.envs.gym_spaces`` describes (dict observations with ``action_mask`` fill ``buffers.action_mask``).
+
+Agents that finish before the rest of their env (terminated or truncated, then gone from ``env.agents``):
+
+* on the step they finish, their episode is reported (``episode_done``, return, length) and the slot turns
+  inactive (``active=False``, reward 0, no flags); their final reward, flags and last observation are held;
+* while the rest of the env plays on, the slot stays inactive and its action is not passed to the env;
+* when the env ends (``env.agents`` empty after a step, or the adapter's time limit) it is reset at once
+  (unseeded) and every slot gets the new episode's first observation, active again, with its held reward,
+  ``terminated``/``truncated`` and (if truncated) ``final_obs``.
+
+Agents that finish on the env's last step get the same in one step. ``reset(seed)`` resets env ``e`` with
+``seed + e``. ``max_steps > 0`` truncates every agent of an env after ``max_steps`` env steps (the adapter's
+own time limit); ``max_steps <= 0`` keeps the env's own (e.g. MPE's ``max_cycles``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import numpy as np
+from pettingzoo import ParallelEnv
+
+from actors.envs.base import EnvSpec, StepBuffers
+from actors.envs.entry_point import resolve_entry_point
+from actors.envs.gym_spaces import SpaceConverter
 
 
 class PettingZooParallelAdapter:
-    def __init__(self, entry_point, num_envs, *, max_steps, kwargs):
-        raise NotImplementedError
+    """``num_envs`` PettingZoo ParallelEnvs stepped one after another into caller-owned StepBuffers."""
+
+    def __init__(self, entry_point: str, num_envs: int, *, max_steps: int, kwargs: dict[str, Any]) -> None:
+        """Build ``num_envs`` envs with the entry point and read their agents and spaces."""
+        if num_envs <= 0:
+            raise ValueError(f"PettingZooParallelAdapter needs num_envs >= 1, got {num_envs}")
+        fn = resolve_entry_point(entry_point, env_name="pettingzoo")
+        self.label = f"pettingzoo env '{entry_point}'"
+        self.num_envs = num_envs
+        self.max_steps = max_steps
+        self._envs: list[Any] = []
+        try:
+            for e in range(num_envs):
+                self._envs.append(self._make(fn, kwargs, e))
+            self.agents: tuple[str, ...] = tuple(self._envs[0].possible_agents)
+            self._check_agents()
+            first = self._envs[0]
+            self._spaces = SpaceConverter(self.label, first.observation_space(self.agents[0]),
+                                          first.action_space(self.agents[0]), num_agents=len(self.agents),
+                                          source=f"observation_space({self.agents[0]!r})")
+        except BaseException:
+            with contextlib.suppress(RuntimeError):
+                self.close()  # the construction error is the one worth reporting
+            raise
+        self.spec: EnvSpec = self._spaces.spec
+        self._slot = {agent: j for j, agent in enumerate(self.agents)}
+        slots = num_envs * len(self.agents)
+        self._env_steps = np.zeros(num_envs, dtype=np.int64)
+        self._returns = np.zeros(slots, dtype=np.float64)
+        self._lengths = np.zeros(slots, dtype=np.int64)
+        self._live = np.zeros(slots, dtype=bool)  # the agent is in its env's episode and acts
+        self._held_reward = np.zeros(slots, dtype=np.float32)
+        self._held_terminated = np.zeros(slots, dtype=bool)
+        self._held_truncated = np.zeros(slots, dtype=bool)
+        self._held_final = np.zeros((slots, *self.spec.obs_shape), dtype=self.spec.obs_dtype)
+
+    def _make(self, fn: Any, kwargs: dict[str, Any], index: int) -> Any:
+        """Call the entry point once; check it built a ParallelEnv."""
+        try:
+            env = fn(**kwargs)
+        except Exception as exc:
+            raise RuntimeError(f"{self.label} (env {index}) raised in make(): {exc!r}") from exc
+        if not isinstance(env, ParallelEnv):
+            with contextlib.suppress(Exception):  # it is not ours to use; closing is best effort
+                env.close()
+            raise ValueError(f"{self.label}: the entry point returned a {type(env).__module__}."
+                             f"{type(env).__qualname__}, not a pettingzoo ParallelEnv (for an AEC env use "
+                             f"its module's parallel_env, or wrap it with pettingzoo.utils.aec_to_parallel)")
+        return env
+
+    def _check_agents(self) -> None:
+        """ValueError unless every env has the same agents and all agents share one obs and one action space."""
+        if not self.agents:
+            raise ValueError(f"{self.label}: possible_agents is empty")
+        for e, env in enumerate(self._envs[1:], start=1):
+            if tuple(env.possible_agents) != self.agents:
+                raise ValueError(f"{self.label}: env {e} has possible_agents {list(env.possible_agents)} but "
+                                 f"env 0 has {list(self.agents)}")
+        env, first = self._envs[0], self.agents[0]
+        for kind in ("observation", "action"):
+            space_of = getattr(env, f"{kind}_space")
+            reference = space_of(first)
+            differ = [agent for agent in self.agents[1:] if space_of(agent) != reference]
+            if differ:
+                raise ValueError(
+                    f"{self.label}: all agents must share one observation space and one action space, but the "
+                    f"{kind} space of agents {differ} differs from {first!r}'s {reference!r} (e.g. "
+                    f"{differ[0]!r} has {space_of(differ[0])!r})")
+
+    def _base(self, e: int) -> int:
+        """Slot of agent 0 of env ``e``."""
+        return e * len(self.agents)
+
+    def _write_obs(self, buffers: StepBuffers, slot: int, raw: Any, *, call: str, where: str) -> np.ndarray:
+        """Validate one agent's observation; write it and its mask into ``slot``; return the observation."""
+        obs, mask = self._spaces.obs_and_mask(raw, call=call, where=where)
+        buffers.obs[slot] = obs
+        if mask is not None:
+            buffers.action_mask[slot] = mask
+        return obs
+
+    def _reset_env(self, buffers: StepBuffers, e: int, seed: int | None, during: str) -> None:
+        """Reset env ``e``; write every agent's first observation; every slot live and active again."""
+        try:
+            observations, _infos = self._envs[e].reset(seed=seed)
+        except Exception as exc:
+            raise RuntimeError(f"{self.label} (env {e}) raised in reset(){during}: {exc!r}") from exc
+        missing = [agent for agent in self.agents if agent not in observations]
+        if missing:
+            raise ValueError(f"{self.label} (env {e}) reset() returned no observation for agents {missing}; "
+                             f"every agent of possible_agents {list(self.agents)} must start each episode")
+        base = self._base(e)
+        for j, agent in enumerate(self.agents):
+            self._write_obs(buffers, base + j, observations[agent], call="reset",
+                            where=f"(env {e}, agent {agent!r})")
+        self._live[base:base + len(self.agents)] = True
+        buffers.active[base:base + len(self.agents)] = True
+        self._env_steps[e] = 0
+
+    def reset(self, buffers: StepBuffers, seed: int) -> None:
+        """Reset env ``e`` with seed ``seed + e``; write first observations (and masks); clear the rest."""
+        buffers.clear_step_outputs()
+        for e in range(self.num_envs):
+            self._reset_env(buffers, e, seed + e, "")
+        self._returns[:] = 0.0
+        self._lengths[:] = 0
+        self._held_reward[:] = 0.0
+        self._held_terminated[:] = False
+        self._held_truncated[:] = False
+
+    def step(self, buffers: StepBuffers) -> None:
+        """Step every env with the live agents' actions; write results; hold and deliver early finishes."""
+        self._spaces.check_actions(buffers.actions[self._live], self._where_live())
+        buffers.rewards[:] = 0.0
+        buffers.terminated[:] = False
+        buffers.truncated[:] = False
+        buffers.episode_done[:] = False
+        buffers.active[:] = self._live
+        for e in range(self.num_envs):
+            self._step_env(buffers, e)
+
+    def _where_live(self) -> Any:
+        """Maps a row of ``actions[live]`` to '(env e, agent name)' for messages."""
+        live = np.flatnonzero(self._live)
+        n = len(self.agents)
+        return lambda row: f"(env {live[row] // n}, agent {self.agents[live[row] % n]!r})"
+
+    def _step_env(self, buffers: StepBuffers, e: int) -> None:
+        """One step of env ``e`` (see the module docstring for the slot rules)."""
+        env, base = self._envs[e], self._base(e)
+        acting = [agent for agent in self.agents if self._live[base + self._slot[agent]]]
+        actions = {agent: self._spaces.to_env_action(buffers.actions[base + self._slot[agent]]) for agent in acting}
+        try:
+            observations, rewards, terminations, truncations, _infos = env.step(actions)
+        except Exception as exc:
+            raise RuntimeError(f"{self.label} (env {e}) raised in step(): {exc!r}") from exc
+        self._env_steps[e] += 1
+        time_up = 0 < self.max_steps <= self._env_steps[e]
+        remaining = set(env.agents)
+        newcomers = sorted(remaining - set(acting))
+        if newcomers:
+            raise ValueError(f"{self.label} (env {e}) step() returned with agents {newcomers} in env.agents that "
+                             f"were not playing before the step; agents joining mid-episode are not supported")
+        for agent in acting:
+            slot = base + self._slot[agent]
+            where = f"(env {e}, agent {agent!r})"
+            if agent not in observations:
+                raise ValueError(f"{self.label} {where} step() returned no observation for an agent that acted")
+            reward = float(rewards.get(agent, 0.0))
+            self._returns[slot] += reward
+            self._lengths[slot] += 1
+            terminated = bool(terminations.get(agent, False))
+            truncated = not terminated and (bool(truncations.get(agent, False)) or time_up)
+            obs = self._write_obs(buffers, slot, observations[agent], call="step", where=where)
+            if not (terminated or truncated):
+                if agent not in remaining:
+                    raise ValueError(f"{self.label} {where} step() removed the agent from env.agents without "
+                                     f"terminating or truncating it")
+                buffers.rewards[slot] = reward
+                continue
+            # this agent's episode is over: report it now, hold its reward and flags for the reset step
+            buffers.episode_done[slot] = True
+            buffers.episode_return[slot] = self._returns[slot]
+            buffers.episode_length[slot] = self._lengths[slot]
+            self._returns[slot] = 0.0
+            self._lengths[slot] = 0
+            self._held_reward[slot] = reward
+            self._held_terminated[slot] = terminated
+            self._held_truncated[slot] = truncated
+            self._held_final[slot] = obs
+            self._live[slot] = False
+            buffers.active[slot] = False
+        slots = slice(base, base + len(self.agents))
+        if time_up or not remaining or not self._live[slots].any():
+            self._reset_env(buffers, e, None, " (auto-reset during step())")
+            buffers.rewards[slots] = self._held_reward[slots]
+            buffers.terminated[slots] = self._held_terminated[slots]
+            buffers.truncated[slots] = self._held_truncated[slots]
+            truncated_slots = np.flatnonzero(self._held_truncated[slots]) + base
+            buffers.final_obs[truncated_slots] = self._held_final[truncated_slots]
+            self._held_reward[slots] = 0.0
+            self._held_terminated[slots] = False
+            self._held_truncated[slots] = False
+
+    def close(self) -> None:
+        """Close every env made so far (the first failure is re-raised after closing the rest)."""
+        first_error: Exception | None = None
+        for env in self._envs:
+            try:
+                env.close()
+            except Exception as exc:  # keep closing the others
+                first_error = first_error or exc
+        self._envs = []
+        if first_error is not None:
+            raise RuntimeError(f"{self.label} raised in close(): {first_error!r}") from first_error
