@@ -206,3 +206,30 @@ def test_action_out_of_range_names_env() -> None:
     buf.actions[:] = [0, 1, 3]
     with pytest.raises(ValueError, match=r"'tests.fake_envs:sync_vector' \(env 2\): action 3 is out of range \[0, 3\)"):
         env.step(buf)
+
+
+def test_make_vec_cartpole_through_the_registry() -> None:
+    from actors.envs.registry import env_spec, make_vec_env
+    from configs.env_config import EnvConfig
+
+    # make_vec's own CartPoleVectorEnv: NEXT_STEP, its own 500-step limit kept (max_steps 0)
+    cfg = EnvConfig(name="gymnasium_vector", entry_point="gymnasium:make_vec", kwargs={"id": "CartPole-v1"},
+                    max_steps=0)
+    env = make_vec_env(cfg, 4)
+    assert isinstance(env, GymnasiumVectorAdapter) and env.spec == env_spec(cfg)
+    buf = StepBuffers.allocate(env.spec, 4)
+    env.reset(buf, seed=1)
+    sitting_out = np.zeros(4, dtype=bool)
+    episodes = 0
+    for _ in range(120):
+        buf.actions[:] = np.where(buf.active, 1, 5)  # always push right: short episodes
+        env.step(buf)
+        # a slot that sat out comes back with its held termination and reward 1; others never carry a flag
+        assert (buf.active[sitting_out]).all() and (buf.terminated == sitting_out).all()
+        assert (buf.rewards[buf.active] == 1).all() and (buf.rewards[~buf.active] == 0).all()
+        assert (buf.episode_return[buf.episode_done] == buf.episode_length[buf.episode_done]).all()
+        assert (~buf.active == buf.episode_done).all()  # reported on the step it ends, slot inactive
+        episodes += int(buf.episode_done.sum())
+        sitting_out = ~buf.active
+    assert episodes >= 4 * 120 // 15
+    env.close()
