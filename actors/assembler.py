@@ -35,8 +35,8 @@ _ERR_NO_FREE, _ERR_BAD_AGENT, _ERR_DUP_AGENT, _ERR_BAD_ROW = -1, -2, -3, -4
 
 
 @numba.njit(cache=True)
-def _add_steps_kernel(agent_ids, obs_in, act_in, lp_in, val_in, rew_in, done_in, boot_in, state_in, version,
-                      obs, actions, logprobs, values, rewards, dones, bootstrap, versions, states,
+def _add_steps_kernel(agent_ids, obs_in, act_in, mask_in, lp_in, val_in, rew_in, done_in, boot_in, state_in,
+                      version, obs, actions, masks, logprobs, values, rewards, dones, bootstrap, versions, states,
                       ep_indices, ep_lengths, free_ring, full_ring, rings, row_state, seen, stamp):
     """Write steps; return rows completed, or a negative error code with NOTHING modified."""
     n = agent_ids.shape[0]
@@ -44,6 +44,8 @@ def _add_steps_kernel(agent_ids, obs_in, act_in, lp_in, val_in, rew_in, done_in,
     horizon = actions.shape[1]
     num_rows = free_ring.shape[0]
     obs_size = obs.shape[2]
+    act_size = actions.shape[2]
+    mask_size = masks.shape[2]
     state_size = states.shape[1]
     needed = 0
     for i in range(n):  # validation pass: nothing is written unless the whole call can succeed
@@ -68,7 +70,10 @@ def _add_steps_kernel(agent_ids, obs_in, act_in, lp_in, val_in, rew_in, done_in,
                 states[row, k] = state_in[i, k]
         for k in range(obs_size):
             obs[row, t, k] = obs_in[i, k]
-        actions[row, t] = act_in[i]
+        for k in range(act_size):
+            actions[row, t, k] = act_in[i, k]
+        for k in range(mask_size):
+            masks[row, t, k] = mask_in[i, k]
         logprobs[row, t] = lp_in[i]
         values[row, t] = val_in[i]
         rewards[row, t] = rew_in[i]
@@ -85,7 +90,10 @@ def _add_steps_kernel(agent_ids, obs_in, act_in, lp_in, val_in, rew_in, done_in,
             row_state[new] = _WRITING
             for k in range(obs_size):
                 obs[new, 0, k] = obs_in[i, k]
-            actions[new, 0] = act_in[i]
+            for k in range(act_size):
+                actions[new, 0, k] = act_in[i, k]
+            for k in range(mask_size):
+                masks[new, 0, k] = mask_in[i, k]
             logprobs[new, 0] = lp_in[i]
             values[new, 0] = val_in[i]
             rewards[new, 0] = rew_in[i]
@@ -145,8 +153,9 @@ def _poison(arr: np.ndarray) -> np.ndarray:
 class RowAssembler:
     """Fixed pool of ``num_rows`` rows of ``horizon`` steps, cycled through FREE and FULL rings."""
 
-    def __init__(self, *, num_agents: int, num_rows: int, horizon: int,
-                 obs_shape: tuple[int, ...], obs_dtype: str, state_size: int = 0) -> None:
+    def __init__(self, *, num_agents: int, num_rows: int, horizon: int, obs_shape: tuple[int, ...],
+                 obs_dtype: str, state_size: int = 0, action_shape: tuple[int, ...] = (),
+                 action_dtype: str = "int32", mask_size: int = 0) -> None:
         if num_agents < 1:
             raise ValueError(f"num_agents must be >= 1, got {num_agents}")
         if num_rows < 2 * num_agents:
@@ -160,7 +169,12 @@ class RowAssembler:
         self.obs_size = int(np.prod(self.obs_shape, dtype=np.int64))
         R, H = num_rows, horizon
         self.obs = _poison(np.empty((R, H, self.obs_size), dtype=np.dtype(obs_dtype)))
-        self.actions = np.full((R, H), -1, dtype=np.int32)
+        self.action_shape = tuple(int(d) for d in action_shape)
+        self.action_size = int(np.prod(self.action_shape, dtype=np.int64))
+        self.actions = np.full((R, H, self.action_size), -1 if np.dtype(action_dtype).kind == "i" else np.nan,
+                               dtype=np.dtype(action_dtype))  # -1: no discrete action is negative
+        self.mask_size = int(mask_size)
+        self.masks = _poison(np.empty((R, H, self.mask_size), dtype=np.uint8))
         self.logprobs = np.full((R, H), np.nan, dtype=np.float32)
         self.values = np.full((R, H), np.nan, dtype=np.float32)
         self.rewards = np.full((R, H), np.nan, dtype=np.float32)
@@ -196,11 +210,13 @@ class RowAssembler:
 
     def add_steps(self, agent_ids: np.ndarray, obs: np.ndarray, actions: np.ndarray,
                   logprobs: np.ndarray, values: np.ndarray, rewards: np.ndarray, dones: np.ndarray,
-                  bootstrap: np.ndarray, version: int, states: np.ndarray | None = None) -> int:
+                  bootstrap: np.ndarray, version: int, states: np.ndarray | None = None,
+                  action_masks: np.ndarray | None = None) -> int:
         """Append one step for each of the distinct ``agent_ids``; return the number of rows completed.
 
-        ``states`` [n, state_size] is each agent's recurrent state before this step's forward pass (only
-        kept where the step opens a row); it may be omitted when ``state_size`` is 0.
+        ``actions`` are [n, *action_shape]. ``states`` [n, state_size] is each agent's recurrent state before
+        this step's forward pass (only kept where the step opens a row); ``action_masks`` [n, mask_size] the
+        masks the actions were sampled under. Either may be omitted when its width is 0.
 
         All-or-nothing: on error (RuntimeError for an exhausted free ring, ValueError for bad or
         repeated agent ids) no state is modified.
@@ -213,8 +229,17 @@ class RowAssembler:
         if not np.can_cast(obs.dtype, self.obs.dtype, casting="same_kind"):
             raise TypeError(f"obs dtype {obs.dtype} cannot be stored as {self.obs.dtype}")
         obs2 = np.ascontiguousarray(obs, dtype=self.obs.dtype).reshape(n, self.obs_size)
+        acts = np.asarray(actions)
+        if acts.shape != (n, *self.action_shape):
+            raise ValueError(f"actions shape {acts.shape} != {(n, *self.action_shape)}")
+        acts = np.ascontiguousarray(acts, dtype=self.actions.dtype).reshape(n, self.action_size)
+        if action_masks is None and self.mask_size == 0:
+            action_masks = np.empty((n, 0), dtype=np.uint8)
+        mask_in = np.ascontiguousarray(action_masks, dtype=np.uint8)
+        if mask_in.shape != (n, self.mask_size):
+            raise ValueError(f"action_masks shape {mask_in.shape} != {(n, self.mask_size)}")
         cols = [np.ascontiguousarray(x, dtype=dt).reshape(-1) for x, dt in (
-            (actions, np.int32), (logprobs, np.float32), (values, np.float32),
+            (logprobs, np.float32), (values, np.float32),
             (rewards, np.float32), (dones, np.uint8), (bootstrap, np.float32))]
         for c in cols:
             if c.shape[0] != n:
@@ -225,8 +250,8 @@ class RowAssembler:
         if state_in.shape != (n, self.state_size):
             raise ValueError(f"states shape {state_in.shape} != {(n, self.state_size)}")
         self._stamp += 1
-        rc = _add_steps_kernel(ids, obs2, *cols, state_in, np.int64(version),
-                               self.obs, self.actions, self.logprobs, self.values, self.rewards,
+        rc = _add_steps_kernel(ids, obs2, acts, mask_in, *cols, state_in, np.int64(version),
+                               self.obs, self.actions, self.masks, self.logprobs, self.values, self.rewards,
                                self.dones, self.bootstrap, self.versions, self.states, self.ep_indices,
                                self.ep_lengths, self.free_ring, self.full_ring, self.rings,
                                self.row_state, self._seen, np.int64(self._stamp))
@@ -263,7 +288,8 @@ class RowAssembler:
         r = np.asarray(rows, dtype=np.int64).reshape(-1)
         return {
             "obs": self.obs[r].reshape(r.shape[0], self.horizon, *self.obs_shape),
-            "actions": self.actions[r],
+            "actions": self.actions[r].reshape(r.shape[0], self.horizon, *self.action_shape),
+            "action_masks": self.masks[r],
             "logprobs": self.logprobs[r],
             "values": self.values[r],
             "rewards": self.rewards[r],

@@ -36,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
         return _fail("--learner needs the learner's host name or address, not '*'")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     from actors.host import ActorHost  # heavy imports (torch, numba) only when running
+    from actors.worker import EnvFailure
 
     host = ActorHost(endpoint, num_workers=args.n)
 
@@ -48,8 +49,10 @@ def main(argv: list[str] | None = None) -> int:
         return host.run()
     except ValueError as err:
         return _fail(str(err))
+    except EnvFailure as err:
+        return _fail(str(err), code=1)
 
 
-def _fail(message: str) -> int:
+def _fail(message: str, code: int = 2) -> int:
     print(f"python -m actors: error: {message}", file=sys.stderr)
-    return 2
+    return code

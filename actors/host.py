@@ -13,7 +13,7 @@ import logging
 import os
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import multiprocess as mp
 import numpy as np
@@ -25,8 +25,10 @@ from actors.envs.registry import env_spec
 from actors.inference import Inference
 from actors.learner_link import LearnerLink, Registration
 from actors.recurrent_state import AgentStates
+from actors.stepper import GroupStepper, Pending
 from actors.shm import ShmSegment, remove_stale_segments, segment_name
-from actors.worker import QUIT, STATUS_ENV_RESTARTED, WorkerSpec, worker_layout, worker_main
+from actors.worker import (QUIT, STATUS_ENV_RESTARTED, STATUS_FATAL, EnvFailure, WorkerSpec, worker_layout,
+                           worker_main)
 from configs.loader import config_from_dict
 from configs.plan import make_plan
 from configs.schema import RunConfig
@@ -50,15 +52,6 @@ class WorkerSlot:
     restarts: int = 0
 
 
-@dataclass
-class Pending:
-    """Per-host counters shipped with the next ROWS message."""
-
-    env_steps: int = 0
-    returns: list[float] = field(default_factory=list)
-    lengths: list[int] = field(default_factory=list)
-
-
 class ActorHost:
     """One host's actors for one learner."""
 
@@ -67,6 +60,7 @@ class ActorHost:
         self.requested_workers = num_workers
         self.stopping = False
         self.stop_reason = ""
+        self.env_restarts = 0
 
     def request_stop(self, reason: str) -> None:
         """Signal handlers call this; the loop finishes its iteration and cleans up."""
@@ -111,8 +105,13 @@ class ActorHost:
         self.assembler = RowAssembler(num_agents=total_agents,
                                       num_rows=2 * total_agents + 2 * rows_per_message,
                                       horizon=trainer.bptt_horizon + 1, obs_shape=self.spec.obs_shape,
-                                      obs_dtype=self.spec.obs_dtype, state_size=self.inference.state_size)
+                                      obs_dtype=self.spec.obs_dtype, state_size=self.inference.state_size,
+                                      action_shape=self.spec.action.shape, action_dtype=self.spec.action.dtype,
+                                      mask_size=self.spec.mask_size)
         self.states = AgentStates(total_agents, self.inference.state_size)
+        self.stepper = GroupStepper(spec=self.spec, inference=self.inference, assembler=self.assembler,
+                                    states=self.states, envs_per_group=self.envs_per_group,
+                                    groups_per_worker=self.groups)
         self.inference.load(registration.version, registration.weights)
         link.open_streams(registration, hwm=config.network.send_queue_messages,
                           buffer_bytes=config.network.socket_buffer_bytes)
@@ -144,7 +143,7 @@ class ActorHost:
               workers: list[WorkerSlot]) -> None:
         net = config.network
         ready: deque[tuple[int, int]] = deque()
-        pending = Pending()
+        pending = Pending(stats={name: [] for name in self.spec.episode_stats})
         run_id = registration.run_id
         last_heartbeat = last_reply = last_flush = time.monotonic()
         by_fd = {}
@@ -158,7 +157,7 @@ class ActorHost:
         while not self.stopping:
             events = dict(poller.poll(20))
             for fd in [fd for fd in events if fd in by_fd]:
-                self._collect(workers, by_fd, fd, ready, poller)
+                self._collect(workers, by_fd, fd, ready, poller, pending)
             now = time.monotonic()
             if now - last_heartbeat >= net.heartbeat_interval_s:
                 link.send_control(MessageType.HEARTBEAT)
@@ -192,14 +191,20 @@ class ActorHost:
                 self._act(workers, [ready.popleft() for _ in range(take)], pending)
             last_flush = self._ship(link, net.rows_per_message, pending, last_flush)
 
-    def _collect(self, workers, by_fd, fd, ready, poller) -> None:
+    def _collect(self, workers, by_fd, fd, ready, poller, pending: Pending) -> None:
         w = by_fd[fd]
         slot = workers[w]
         try:
             while slot.conn.poll():
-                group, status = slot.conn.recv_bytes()
+                reply = slot.conn.recv_bytes()
+                group, status, text = reply[0], reply[1], reply[2:].decode("utf-8", "replace")
+                if status == STATUS_FATAL:
+                    raise EnvFailure(text)
                 if status == STATUS_ENV_RESTARTED:
-                    LOG.warning("worker %d: env group %d raised and was restarted", w, group)
+                    pending.env_restarts += 1
+                    self.env_restarts += 1
+                    LOG.warning("worker %d: env group %d raised and was restarted (%d env restarts on this "
+                                "host): %s", w, group, self.env_restarts, text)
                 ready.append((w, group))
         except (EOFError, OSError):
             self._restart_worker(workers, w, by_fd, fd, ready, poller)
@@ -214,10 +219,7 @@ class ActorHost:
         del by_fd[fd]
         slot.process.join(timeout=1)
         slot.restarts += 1
-        start = w * self.slots_per_worker
-        agents = np.arange(start, start + self.slots_per_worker, dtype=np.int64)
-        self.assembler.discard_agents(agents)
-        self.states.reset(agents)  # the new worker's envs start fresh episodes
+        self.stepper.forget_worker(w)
         for item in [item for item in ready if item[0] == w]:
             ready.remove(item)
         self._spawn(slot)
@@ -225,35 +227,10 @@ class ActorHost:
         poller.register(slot.conn.fileno(), zmq.POLLIN)
 
     def _act(self, workers: list[WorkerSlot], batch: list[tuple[int, int]], pending: Pending) -> None:
-        """Infer for the ready groups, hand the actions back, then record the steps in the assembler."""
-        spg = self.slots_per_group
-        parts = [(workers[w].views, slice(g * spg, (g + 1) * spg), w * self.slots_per_worker + g * spg)
-                 for w, g in batch]
-        obs = np.concatenate([v["obs"][s] for v, s, _ in parts])
-        rewards = np.concatenate([v["rewards"][s] for v, s, _ in parts])
-        terminated = np.concatenate([v["terminated"][s] for v, s, _ in parts])
-        truncated = np.concatenate([v["truncated"][s] for v, s, _ in parts])
-        agent_ids = np.concatenate([np.arange(start, start + spg, dtype=np.int64) for _, _, start in parts])
-        bootstrap = np.zeros(len(obs), dtype=np.float32)
-        if truncated.any():  # V(final obs) from the state the agent had before its episode ended
-            final_obs = np.concatenate([v["final_obs"][s] for v, s, _ in parts])[truncated]
-            bootstrap[truncated] = self.inference.values(final_obs, self.states.read(agent_ids[truncated]))
-        self.states.reset(agent_ids[terminated | truncated])  # obs is the first of a new episode there
-        state_in = self.states.read(agent_ids)
-        for v, s, _ in parts:
-            done = v["episode_done"][s]
-            if done.any():
-                pending.returns.extend(v["episode_return"][s][done].tolist())
-                pending.lengths.extend(v["episode_length"][s][done].tolist())
-        decisions = self.inference.decide(obs, state_in)
-        self.states.write(agent_ids, decisions.states)
-        for i, ((w, g), (v, s, _)) in enumerate(zip(batch, parts)):
-            v["actions"][s] = decisions.actions[i * spg:(i + 1) * spg]
+        """Decide for the ready groups, then wake their workers (actions are in shared memory by then)."""
+        self.stepper.act([(workers[w].views, w, g) for w, g in batch], pending)
+        for w, g in batch:
             workers[w].conn.send_bytes(bytes([g]))
-        pending.env_steps += len(batch) * self.envs_per_group
-        dones = (terminated | truncated).astype(np.uint8)
-        self.assembler.add_steps(agent_ids, obs, decisions.actions, decisions.logprobs, decisions.values,
-                                 rewards, dones, bootstrap, self.inference.version, states=state_in)
 
     def _ship(self, link: LearnerLink, rows_per_message: int, pending: Pending, last_flush: float) -> float:
         """Send full rows in blocks while the data socket has room; returns the last flush time."""
@@ -268,10 +245,12 @@ class ActorHost:
             self.assembler.release(rows)
             message = Message(type=MessageType.ROWS, sender=link.name, version=self.inference.version,
                               fields={"num_rows": len(rows), "episode_returns": pending.returns,
-                                      "episode_lengths": pending.lengths, "env_steps": pending.env_steps},
+                                      "episode_lengths": pending.lengths, "env_steps": pending.env_steps,
+                                      "agent_steps": pending.agent_steps, "env_restarts": pending.env_restarts,
+                                      "episode_stats": pending.stats},
                               arrays=arrays)
             link.send_rows(message)
-            pending.env_steps, pending.returns, pending.lengths = 0, [], []
+            pending.clear()
             last_flush = now
 
     def _reregister(self, link: LearnerLink, config: RunConfig) -> Registration | None:

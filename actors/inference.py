@@ -21,7 +21,7 @@ class Decisions:
     """What the policy decided for a batch of agents."""
 
     actions: np.ndarray
-    """[n] int32 sampled actions."""
+    """[n, *action_shape] sampled actions (int32 for the discrete kinds, float32 for box)."""
     logprobs: np.ndarray
     """[n] float32 behaviour log-probs of those actions."""
     values: np.ndarray
@@ -47,13 +47,13 @@ class Inference:
         self.version = version
 
     @torch.no_grad()
-    def decide(self, obs: np.ndarray, states: np.ndarray) -> Decisions:
-        """Sample one action per observation, from each agent's state ``states`` [n, state_size]."""
-        logits, values, new_states = self.policy.step(torch.from_numpy(obs), self._states(states, len(obs)))
-        logp = torch.log_softmax(logits, dim=-1)
-        actions = torch.multinomial(logp.exp(), 1, generator=self.generator)
-        return Decisions(actions=actions.squeeze(-1).to(torch.int32).numpy(),
-                         logprobs=logp.gather(-1, actions).squeeze(-1).numpy(),
+    def decide(self, obs: np.ndarray, states: np.ndarray, masks: np.ndarray | None = None) -> Decisions:
+        """Sample one action per observation, from each agent's state ``states`` [n, state_size], under
+        ``masks`` [n, mask_size] (None or width 0: no masks)."""
+        params, values, new_states = self.policy.step(torch.from_numpy(obs), self._states(states, len(obs)))
+        mask = torch.from_numpy(masks) if masks is not None and masks.shape[-1] else None
+        actions, logprobs = self.policy.distribution.sample(params, mask, self.generator)
+        return Decisions(actions=actions.numpy(), logprobs=logprobs.to(torch.float32).numpy(),
                          values=values.numpy(), states=new_states.numpy())
 
     @torch.no_grad()

@@ -2,9 +2,11 @@
 
 The worker owns ``async_factor`` groups of envs. Hot path: the host writes actions for group g into
 shared memory and sends the one byte ``g`` on the worker's pipe; the worker steps that group in place and
-answers ``[g, status]``. Nothing is pickled per step. An env that raises is rebuilt and reset (status
-ENV_RESTARTED), never taking the worker down. The worker exits on b"q", on EOF (host gone) or on the
-host's death (PR_SET_PDEATHSIG).
+answers ``[g, status]`` (plus UTF-8 text for the error statuses). Nothing is pickled per step. An env that
+raises in ``step`` is rebuilt and reset (status ENV_RESTARTED, the error text attached), never taking the
+worker down; one that cannot be built or reset, or raises again right after each of MAX_RESTARTS_IN_A_ROW
+restarts, is reported as STATUS_FATAL with the reason and the worker exits. The worker exits on b"q", on
+EOF (host gone) or on the host's death (PR_SET_PDEATHSIG).
 """
 
 from __future__ import annotations
@@ -26,6 +28,10 @@ STATUS_FATAL = 2
 """The worker cannot go on (its env fails to build or reset); the reply's remaining bytes say why (UTF-8)."""
 MAX_RESTARTS_IN_A_ROW = 3
 """An env group that raises again this many times right after being restarted is fatal."""
+
+
+class EnvFailure(RuntimeError):
+    """A worker's env cannot run at all (fails to build or reset, or keeps raising); the host stops with it."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -138,7 +144,7 @@ def _call(env, call: str, buffers: StepBuffers, *args, label: str) -> None:
     try:
         getattr(env, call)(buffers, *args)
     except Exception as exc:
-        if f"raised in {call}()" in str(exc) or f"{call}() returned" in str(exc):
+        if "raised in " in str(exc) or "() returned" in str(exc):
             raise  # an adapter already named the env and the call
         raise RuntimeError(f"env '{label}' raised in {call}(): {exc!r}") from exc
 

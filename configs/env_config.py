@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-ENV_NAMES = ("cartpole", "gridworld", "gymnasium", "gymnasium_vector", "pettingzoo", "probe_truncation",
-             "probe_memory")
+ENV_NAMES = ("cartpole", "gridworld", "native", "gymnasium", "gymnasium_vector", "pettingzoo",
+             "probe_truncation", "probe_memory")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -14,13 +14,15 @@ class EnvConfig:
     """Which env to build and its size; shared by actors (which build it) and learner (which reads its spec)."""
 
     name: str = "cartpole"
-    """Env family: cartpole or gridworld (built-in), gymnasium (one env by gym_id), gymnasium_vector or
-    pettingzoo (built by entry_point), or a learner probe: probe_truncation, probe_memory."""
+    """Env family: cartpole or gridworld (built-in), native (your own VecEnv, by entry_point), gymnasium (one
+    env by gym_id), gymnasium_vector or pettingzoo (built by entry_point), or a learner probe:
+    probe_truncation, probe_memory."""
     gym_id: str = "CartPole-v1"
     """Gymnasium env id, used when name is 'gymnasium'."""
     entry_point: str = ""
-    """'module:callable' building the env, for gymnasium_vector (a gymnasium VectorEnv, called with
-    num_envs=... and kwargs) and pettingzoo (a ParallelEnv, called with kwargs)."""
+    """'module:callable' building the env: for native (a VecEnv, called with num_envs=, max_steps= and kwargs),
+    gymnasium_vector (a gymnasium VectorEnv, called with num_envs= and kwargs) and pettingzoo (a ParallelEnv,
+    called with kwargs)."""
     kwargs: dict[str, Any] = field(default_factory=dict)
     """Extra keyword arguments for the env constructor (gymnasium.make, the entry point, or a built-in env)."""
     num_agents: int = 1

@@ -43,13 +43,14 @@ class BatchPlan:
     steps_per_env: int
     """Env steps each environment contributes per batch: batch_size // num_envs."""
     agent_steps_per_batch: int
-    """batch_size * num_agents."""
+    """batch_size * num_agents, as seeds/000 writes it. Sluice's batch holds batch_size AGENT steps (segments
+    rows of bptt_horizon, one agent each), so this figure over-counts by num_agents; kept for comparison."""
     gradient_updates_per_batch: int
     """num_minibatches * update_epochs."""
     experiences_per_gradient: int
     """agent_steps_per_batch // gradient_updates_per_batch."""
     total_epochs: int
-    """Updates in the whole run: total_timesteps // batch_size (at least 1)."""
+    """Updates in the whole run: total_timesteps // batch_size (at least 1; both count agent steps)."""
 
     def as_dict(self) -> dict[str, int]:
         """The plan as a flat JSON-friendly dict."""

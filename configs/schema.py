@@ -42,9 +42,9 @@ class TrainerSection:
     num_workers: int = 16
     """Env worker processes per actor host (python -m actors --n overrides it on that host)."""
     batch_size: int = 524288
-    """Transitions per update: segments * bptt_horizon."""
+    """Agent transitions per update: segments * bptt_horizon (one row holds one agent's steps)."""
     minibatch_size: int = 16384
-    """Transitions per gradient step."""
+    """Agent transitions per gradient step."""
     bptt_horizon: int = 64
     """Transitions per row (rows store bptt_horizon + 1 steps; the last is shared with the next row)."""
     update_epochs: int = 1
@@ -54,7 +54,7 @@ class TrainerSection:
     async_factor: int = 2
     """Env batches in flight per worker (2 = double buffering)."""
     total_timesteps: int = 10_000_000_000
-    """Stop after this many env steps."""
+    """Stop after this many agent steps (env steps x active agents; the unit batch_size counts)."""
     gamma: float = 0.977
     """Discount factor."""
     gae_lambda: float = 0.916

@@ -36,7 +36,7 @@ class TrainerState:
     env_steps: int = 0
     """Env steps reported by actor hosts."""
     agent_steps: int = 0
-    """Agent steps (env steps x agents per env)."""
+    """Steps of active agents reported by actor hosts (what total_timesteps and batch_size count)."""
     episodes: int = 0
     """Episodes finished."""
     elapsed_s: float = 0.0

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import zmq
 
+from actors.envs.base import EnvSpec
 from protocol import Limits, Message, MessageType, ProtocolError, check_arrays, decode
 from protocol.rows import row_array_specs
 
@@ -37,13 +38,19 @@ class IngestStats:
     lock: threading.Lock = field(default_factory=threading.Lock)
     """Guards every field below."""
     env_steps: int = 0
-    """Env steps reported by actor hosts."""
+    """Env steps reported by actor hosts (one step of one environment, all its agents)."""
+    agent_steps: int = 0
+    """Agent steps reported by actor hosts (steps of active agents; what total_timesteps counts)."""
+    env_restarts: int = 0
+    """Env groups that raised and were rebuilt on actor hosts."""
     episodes: int = 0
     """Episodes finished."""
     recent_returns: deque = field(default_factory=lambda: deque(maxlen=100))
     """Returns of the last 100 episodes."""
     recent_lengths: deque = field(default_factory=lambda: deque(maxlen=100))
     """Lengths of the last 100 episodes."""
+    recent_stats: dict[str, deque] = field(default_factory=dict)
+    """The env's named episode statistics, the last 100 values of each."""
     rows_received: int = 0
     """Rows accepted into a batch."""
     rows_dropped: Counter = field(default_factory=Counter)
@@ -63,12 +70,14 @@ class IngestStats:
 class Ingest(threading.Thread):
     """The data socket's only user: PULL bound at ``endpoint``; fills batches of ``segments`` rows."""
 
-    def __init__(self, *, context: zmq.Context, endpoint: str, segments: int, obs_shape: tuple[int, ...],
-                 obs_dtype: str, horizon: int, state_size: int, max_policy_lag: int, hwm: int, buffer_bytes: int,
-                 limits: Limits, stop: threading.Event) -> None:
+    def __init__(self, *, context: zmq.Context, endpoint: str, segments: int, env: EnvSpec, horizon: int,
+                 state_size: int, max_policy_lag: int, hwm: int, buffer_bytes: int, limits: Limits,
+                 stop: threading.Event) -> None:
         super().__init__(name="ingest", daemon=True)
-        self.specs = row_array_specs(obs_shape=obs_shape, obs_dtype=obs_dtype, horizon=horizon,
-                                     state_size=state_size)
+        self.specs = row_array_specs(obs_shape=env.obs_shape, obs_dtype=env.obs_dtype, horizon=horizon,
+                                     state_size=state_size, action_shape=env.action.shape,
+                                     action_dtype=env.action.dtype, mask_size=env.mask_size)
+        self.stat_names = env.episode_stats
         self.segments = segments
         self.max_policy_lag = max_policy_lag
         self.limits = limits
@@ -155,6 +164,7 @@ class Ingest(threading.Thread):
                 raise ProtocolError("bad_field", f"num_rows {message.fields['num_rows']} but "
                                                  f"{len(message.arrays['versions'])} rows sent")
             returns, lengths = _episode_stats(message)
+            named = _named_stats(message, self.stat_names, len(returns))
         except ProtocolError as err:
             with self.stats.lock:
                 self.stats.messages_dropped[err.reason] += 1
@@ -166,6 +176,10 @@ class Ingest(threading.Thread):
             stats = self.stats
             stats.bytes_received += nbytes
             stats.env_steps += message.fields["env_steps"]
+            stats.agent_steps += message.fields["agent_steps"]
+            stats.env_restarts += message.fields.get("env_restarts", 0)
+            for name, values in named.items():
+                stats.recent_stats.setdefault(name, deque(maxlen=100)).extend(values)
             stats.episodes += len(returns)
             stats.recent_returns.extend(returns)
             stats.recent_lengths.extend(lengths)
@@ -191,3 +205,16 @@ def _episode_stats(message: Message) -> tuple[list[float], list[int]]:
     if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in lengths):
         raise ProtocolError("bad_field", "episode_lengths must be non-negative integers")
     return [float(r) for r in returns], list(lengths)
+
+
+def _named_stats(message: Message, names: tuple[str, ...], episodes: int) -> dict[str, list[float]]:
+    """The env's named episode statistics of a ROWS message: one finite number per episode for each name."""
+    stats = message.fields.get("episode_stats", {})
+    if set(stats) != set(names):
+        raise ProtocolError("bad_field", f"episode_stats has {sorted(stats)}, the env declares {sorted(names)}")
+    for name, values in stats.items():
+        if not isinstance(values, list) or len(values) != episodes:
+            raise ProtocolError("bad_field", f"episode_stats[{name!r}] must list one value per episode ({episodes})")
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v) for v in values):
+            raise ProtocolError("bad_field", f"episode_stats[{name!r}] must be finite numbers")
+    return {name: [float(v) for v in values] for name, values in stats.items()}

@@ -22,7 +22,9 @@ class Minibatch:
     obs: torch.Tensor
     """[M, T, *obs_shape] observations."""
     actions: torch.Tensor
-    """[M, T] int64 actions taken."""
+    """[M, T, *action_shape] actions taken (int64 for the discrete kinds, float32 for box)."""
+    action_masks: torch.Tensor
+    """[M, T, mask_size] legal-action flags the actor sampled under (mask_size 0: no masks)."""
     dones: torch.Tensor
     """[M, T] 1.0 where an episode ended on the transition into the step (recurrent-state resets)."""
     states: torch.Tensor
@@ -43,10 +45,11 @@ def minibatch_losses(policy: nn.Module, reference: nn.Module | None, mb: Minibat
                      norm_adv: bool, clip_vloss: bool, vf_warmup: bool) -> dict[str, torch.Tensor]:
     """Every loss term and health statistic of one minibatch (0-dim tensors; ``loss`` is what to minimise)."""
     clip_coef, vf_clip_coef = coefs[CLIP_COEF], coefs[VF_CLIP_COEF]
-    logits, newvalue = policy.forward_rows(mb.obs, mb.dones, mb.states)
-    logp_all = torch.log_softmax(logits, dim=-1)
-    newlogprob = logp_all.gather(-1, mb.actions.unsqueeze(-1)).squeeze(-1)
-    entropy = -(logp_all.exp() * logp_all).sum(-1)
+    dist = policy.distribution
+    mask = mb.action_masks if mb.action_masks.shape[-1] else None
+    params, newvalue = policy.forward_rows(mb.obs, mb.dones, mb.states)
+    newlogprob = dist.log_prob(params, mask, mb.actions)
+    entropy = dist.entropy(params, mask)
     logratio = newlogprob - mb.old_logprobs
     ratio = logratio.exp()
     with torch.no_grad():
@@ -72,10 +75,9 @@ def minibatch_losses(policy: nn.Module, reference: nn.Module | None, mb: Minibat
 
     if reference is not None:
         with torch.no_grad():
-            ref_logits, _ = reference.forward_rows(mb.obs, mb.dones, mb.states)
-            ref_logp_all = torch.log_softmax(ref_logits, dim=-1)
-        # KL(pi || pi_ref) = sum_a pi(a) (log pi(a) - log pi_ref(a)), exact for categorical actions
-        kl_loss = (logp_all.exp() * (logp_all - ref_logp_all)).sum(-1).mean()
+            ref_params, _ = reference.forward_rows(mb.obs, mb.dones, mb.states)
+        # KL(pi || pi_ref), exact: sum_a pi(a) (log pi(a) - log pi_ref(a)) per categorical, closed form for box
+        kl_loss = dist.kl(params, ref_params, mask).mean()
     else:
         kl_loss = torch.zeros((), device=v_loss.device)
 

@@ -26,7 +26,7 @@ class MetricsLog:
         self.file.write(json.dumps({k: _clean(v) for k, v in record.items()}) + "\n")
         ret = record.get("episode_return_mean")
         ret_text = "   n/a" if ret is None else f"{ret:6.1f}"
-        print(f"update {record['update']:5d} | steps {record['env_steps']:>11,} | sps {record['sps']:8,.0f} | "
+        print(f"update {record['update']:5d} | agent steps {record['agent_steps']:>11,} | sps {record['sps']:8,.0f} | "
               f"return {ret_text} | lag {record['policy_lag_mean']:.2f} | "
               f"pg {record['policy_loss']:+.3f} v {record['value_loss']:.3f} ent {record['entropy']:.3f} "
               f"kl {record['approx_kl']:.4f} clip {record['clipfrac']:.3f} "

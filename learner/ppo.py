@@ -32,7 +32,9 @@ class RowBatch:
     obs: torch.Tensor
     """[S, T+1, *obs_shape] in the env dtype."""
     actions: torch.Tensor
-    """[S, T+1] int64 actions taken."""
+    """[S, T+1, *action_shape] actions taken (int64 for the discrete kinds, float32 for box)."""
+    action_masks: torch.Tensor
+    """[S, T+1, mask_size] uint8 legal-action flags the actor sampled under (mask_size 0: no masks)."""
     logprobs: torch.Tensor
     """[S, T+1] behaviour log-probs."""
     values: torch.Tensor
@@ -64,15 +66,15 @@ def sampling_probs(advantages: torch.Tensor, prio_alpha: float) -> torch.Tensor:
 
 
 @torch.no_grad()
-def current_logprobs(policy: nn.Module, obs: torch.Tensor, actions: torch.Tensor, dones: torch.Tensor,
-                     states: torch.Tensor) -> torch.Tensor:
+def current_logprobs(policy: nn.Module, obs: torch.Tensor, actions: torch.Tensor, action_masks: torch.Tensor,
+                     dones: torch.Tensor, states: torch.Tensor) -> torch.Tensor:
     """log pi_current(a|s) for [S, T] steps, in chunks of rows to bound memory."""
-    out = torch.empty(actions.shape, device=actions.device)
+    out = torch.empty(dones.shape, device=dones.device)
     for start in range(0, obs.shape[0], INFERENCE_CHUNK_ROWS):
         rows = slice(start, start + INFERENCE_CHUNK_ROWS)
-        logits, _ = policy.forward_rows(obs[rows], dones[rows], states[rows])
-        logp = torch.log_softmax(logits, dim=-1)
-        out[rows] = logp.gather(-1, actions[rows].unsqueeze(-1)).squeeze(-1)
+        params, _ = policy.forward_rows(obs[rows], dones[rows], states[rows])
+        mask = action_masks[rows] if action_masks.shape[-1] else None
+        out[rows] = policy.distribution.log_prob(params, mask, actions[rows])
     return out
 
 
@@ -85,14 +87,15 @@ def ppo_update(policy: nn.Module, optimizer: torch.optim.Optimizer, batch: RowBa
     ``minibatch_losses``. Loss statistics stay on the device until the end: one host sync per optimizer
     step (to skip a non-finite gradient) and one batch of syncs per update.
     """
-    horizon = batch.actions.shape[1] - 1
+    horizon = batch.dones.shape[1] - 1
     obs = batch.obs[:, :horizon]
     actions = batch.actions[:, :horizon]
+    action_masks = batch.action_masks[:, :horizon]
     old_logprobs = batch.logprobs[:, :horizon]
     old_values = batch.values[:, :horizon]
     step_dones = batch.dones[:, :horizon]
 
-    ratios = torch.exp(current_logprobs(policy, obs, actions, step_dones, batch.states) - old_logprobs)
+    ratios = torch.exp(current_logprobs(policy, obs, actions, action_masks, step_dones, batch.states) - old_logprobs)
     rewards = batch.rewards + trainer.gamma * batch.bootstrap
     advantages = compute_advantages(batch.values, rewards, batch.dones, ratios, gamma=trainer.gamma,
                                     gae_lambda=trainer.gae_lambda, rho_clip=trainer.vtrace_rho_clip,
@@ -115,7 +118,8 @@ def ppo_update(policy: nn.Module, optimizer: torch.optim.Optimizer, batch: RowBa
         for minibatch in range(plan.num_minibatches):
             idx = torch.multinomial(probs, plan.minibatch_segments, replacement=False, generator=generator)
             is_weights = (plan.segments * probs[idx]) ** (-schedule.anneal_beta)
-            mb = Minibatch(obs=obs[idx], actions=actions[idx], dones=step_dones[idx], states=batch.states[idx],
+            mb = Minibatch(obs=obs[idx], actions=actions[idx], action_masks=action_masks[idx],
+                           dones=step_dones[idx], states=batch.states[idx],
                            old_logprobs=old_logprobs[idx], old_values=old_values[idx],
                            advantages=advantages[idx], returns=returns[idx], is_weights=is_weights)
             out = loss_fn(policy, use_reference, mb, coefs, norm_adv=trainer.norm_adv,

@@ -62,7 +62,10 @@ def to_batch(buffers: BatchBuffers, device: torch.device) -> RowBatch:
         tensor = tensor.to(device, non_blocking=pin)
         return tensor if dtype is None else tensor.to(dtype)
 
-    return RowBatch(obs=move(a["obs"]), actions=move(a["actions"], torch.int64), logprobs=move(a["logprobs"]),
+    actions = move(a["actions"])
+    actions = actions.to(torch.int64) if actions.dtype == torch.int32 else actions
+    return RowBatch(obs=move(a["obs"]), actions=actions, action_masks=move(a["action_masks"]),
+                    logprobs=move(a["logprobs"]),
                     values=move(a["values"]), rewards=move(a["rewards"]),
                     dones=move(a["dones"], torch.float32), bootstrap=move(a["bootstrap"]),
                     states=move(a["states"]))
@@ -148,8 +151,7 @@ class Learner:
         }
         control = ControlServer(context=context, endpoint=control_ep.url, registration=registration,
                                 peer_timeout_s=net.peer_timeout_s, limits=limits, stop=threads_stop)
-        ingest = Ingest(context=context, endpoint=data_ep.url, segments=self.plan.segments,
-                        obs_shape=self.spec.obs_shape, obs_dtype=self.spec.obs_dtype,
+        ingest = Ingest(context=context, endpoint=data_ep.url, segments=self.plan.segments, env=self.spec,
                         horizon=self.config.trainer.bptt_horizon + 1, state_size=self.policy.state_size,
                         max_policy_lag=self.config.trainer.max_policy_lag,
                         hwm=net.send_queue_messages, buffer_bytes=net.socket_buffer_bytes, limits=limits,
@@ -179,10 +181,11 @@ class Learner:
         trainer, plan = self.config.trainer, self.plan
         started = time.monotonic()
         elapsed_before = self.state.elapsed_s
-        last_steps, last_time = self.state.env_steps, started
+        last_steps, last_time = self.state.agent_steps, started
         stats = ingest.stats
         with stats.lock:
             stats.env_steps = self.state.env_steps
+            stats.agent_steps = self.state.agent_steps
             stats.episodes = self.state.episodes
             stats.recent_returns.extend(self.state.recent_returns)
         while not self.stop.is_set():
@@ -213,7 +216,11 @@ class Learner:
             now = time.monotonic()
             with stats.lock:
                 self.state.env_steps = stats.env_steps
+                self.state.agent_steps = stats.agent_steps
                 self.state.episodes = stats.episodes
+                env_restarts = stats.env_restarts
+                named = {f"episode_{name}_mean": float(np.mean(values)) if values else None
+                         for name, values in stats.recent_stats.items()}
                 self.state.recent_returns = list(stats.recent_returns)
                 lengths = list(stats.recent_lengths)
                 lag_mean = stats.lag_sum / max(1, stats.lag_rows)
@@ -221,39 +228,40 @@ class Learner:
                 stats.lag_sum = stats.lag_max = stats.lag_rows = 0
                 dropped_stale = stats.rows_dropped["stale"]
                 dropped_messages = sum(stats.messages_dropped.values())
-            self.state.agent_steps = self.state.env_steps * plan.num_agents
             self.state.elapsed_s = elapsed_before + now - started
             returns = self.state.recent_returns
             record = {
                 "update": self.state.update,
                 "env_steps": self.state.env_steps,
                 "agent_steps": self.state.agent_steps,
-                "sps": (self.state.env_steps - last_steps) / max(1e-9, now - last_time),
+                "sps": (self.state.agent_steps - last_steps) / max(1e-9, now - last_time),
                 "elapsed_s": self.state.elapsed_s,
                 "episodes": self.state.episodes,
                 "episode_return_mean": float(np.mean(returns)) if returns else None,
                 "episode_length_mean": float(np.mean(lengths)) if lengths else None,
+                **named,
                 **metrics,
                 "policy_version": self.state.policy_version,
                 "policy_lag_mean": lag_mean,
                 "policy_lag_max": lag_max,
                 "rows_dropped_stale": dropped_stale,
                 "messages_dropped": dropped_messages,
+                "env_restarts": env_restarts,
                 "actor_hosts": control.host_count(),
                 "update_s": update_s,
             }
-            last_steps, last_time = self.state.env_steps, now
+            last_steps, last_time = self.state.agent_steps, now
             self.metrics.write(record)
             if self.state.update % self.config.run.checkpoint_interval == 0:
                 self._save()
             target = trainer.target_episode_return
             if target is not None and len(returns) >= 100 and np.mean(returns) >= target:
                 print(f"learner: solved: mean return {np.mean(returns):.1f} over the last 100 episodes "
-                      f">= {target:g} after {self.state.env_steps:,} env steps in "
+                      f">= {target:g} after {self.state.agent_steps:,} agent steps in "
                       f"{self.state.elapsed_s:.1f} s ({self.state.update} updates)", flush=True)
                 self.request_stop("target return reached")
-            elif self.state.env_steps >= trainer.total_timesteps:
-                print(f"learner: reached total_timesteps ({self.state.env_steps:,} env steps) in "
+            elif self.state.agent_steps >= trainer.total_timesteps:
+                print(f"learner: reached total_timesteps ({self.state.agent_steps:,} agent steps) in "
                       f"{self.state.elapsed_s:.1f} s", flush=True)
                 self.request_stop("total_timesteps reached")
         return 0

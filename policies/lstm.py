@@ -14,11 +14,12 @@ from torch import nn
 
 from actors.envs.base import EnvSpec
 from configs.schema import ModelSection
+from policies.distributions import ActionDistribution, ActionHead
 from policies.mlp import ObsInput, layer, torso, torso_width
 
 
 class LSTMPolicy(nn.Module):
-    """Observation -> tanh MLP torso -> ``nn.LSTMCell`` -> (action logits, value).
+    """Observation -> tanh MLP torso -> ``nn.LSTMCell`` -> (action params, value).
 
     One torso feeds the cell and both heads read the cell's output ``h`` (``model.shared_torso`` does not
     apply: the critic needs the memory too). Weights are orthogonal (heads with gains 0.01 and 1 like
@@ -36,7 +37,8 @@ class LSTMPolicy(nn.Module):
                 nn.init.orthogonal_(param, 1.0)
             else:
                 nn.init.zeros_(param)
-        self.actor = layer(model.hidden_size, spec.num_actions, 0.01)
+        self.actor = ActionHead(spec.action, model.hidden_size)
+        self.distribution = ActionDistribution(spec.action)
         self.critic = layer(model.hidden_size, 1, 1.0)
         self.state_size = 2 * model.hidden_size
         """Floats of recurrent state per agent: h then c."""
@@ -49,7 +51,7 @@ class LSTMPolicy(nn.Module):
 
     def step(self, obs: torch.Tensor,
              state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """One step for n agents: obs [n, *obs_shape], state [n, 2H] -> logits [n, A], values [n], state [n, 2H].
+        """One step for n agents: obs [n, *obs_shape], state [n, 2H] -> params [n, P], values [n], state [n, 2H].
 
         No reset happens here: the caller zeroes the state of agents whose episode just began.
         """
@@ -58,7 +60,7 @@ class LSTMPolicy(nn.Module):
 
     def forward_rows(self, obs: torch.Tensor, dones: torch.Tensor,
                      state0: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Rows obs [S, T, *obs_shape], dones [S, T], state0 [S, 2H] -> logits [S, T, A], values [S, T].
+        """Rows obs [S, T, *obs_shape], dones [S, T], state0 [S, 2H] -> params [S, T, P], values [S, T].
 
         The torso runs on all S * T steps at once; the cell loops over T, zeroing the state before step t
         where ``dones[:, t]`` is nonzero (an episode began there), so no gradient crosses an episode start.

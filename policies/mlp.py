@@ -15,6 +15,7 @@ from torch import nn
 
 from actors.envs.base import EnvSpec
 from configs.schema import ModelSection
+from policies.distributions import ActionDistribution, ActionHead
 
 if TYPE_CHECKING:
     from policies.lstm import LSTMPolicy
@@ -59,7 +60,10 @@ class ObsInput(nn.Module):
 
 
 class MLPPolicy(nn.Module):
-    """Actor-critic: observation -> (action logits, value); one torso or one per head (model.shared_torso)."""
+    """Actor-critic: observation -> (action params, value); one torso or one per head (model.shared_torso).
+
+    "params" are what ``self.distribution`` reads: logits for the discrete kinds, mean and log-std for box.
+    """
 
     def __init__(self, spec: EnvSpec, model: ModelSection) -> None:
         super().__init__()
@@ -67,25 +71,26 @@ class MLPPolicy(nn.Module):
         size = self.inputs.obs_size
         self.torso = torso(size, model)
         self.critic_torso = None if model.shared_torso else torso(size, model)
-        self.actor = layer(torso_width(size, model), spec.num_actions, 0.01)
+        self.actor = ActionHead(spec.action, torso_width(size, model))
         self.critic = layer(torso_width(size, model), 1, 1.0)
+        self.distribution = ActionDistribution(spec.action)
 
     state_size = 0
     """Floats of recurrent state per agent (none: feed-forward)."""
 
     def forward_rows(self, obs: torch.Tensor, dones: torch.Tensor,
                      state0: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Rows [S, T, *obs_shape] -> logits [S, T, A], values [S, T]; dones and state0 [S, 0] are unused."""
+        """Rows [S, T, *obs_shape] -> params [S, T, P], values [S, T]; dones and state0 [S, 0] are unused."""
         return self(obs)
 
     def step(self, obs: torch.Tensor,
              state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """One step for [n] agents: logits [n, A], values [n] and the (empty, [n, 0]) state unchanged."""
+        """One step for [n] agents: params [n, P], values [n] and the (empty, [n, 0]) state unchanged."""
         logits, values = self(obs)
         return logits, values, state
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """obs [..., *obs_shape] in its env dtype -> logits [..., num_actions], value [...]."""
+        """obs [..., *obs_shape] in its env dtype -> action params [..., P], value [...]."""
         flat = self.inputs(obs)
         hidden = self.torso(flat)
         critic_hidden = hidden if self.critic_torso is None else self.critic_torso(flat)

@@ -84,6 +84,7 @@ REQUIRED_FIELDS: dict[MessageType, dict[str, type]] = {
         "episode_returns": list,
         "episode_lengths": list,
         "env_steps": int,
+        "agent_steps": int,
     },
     MessageType.WEIGHTS: {"names": list},
     MessageType.GET_WEIGHTS: {},
@@ -99,6 +100,7 @@ REQUIRED_FIELDS: dict[MessageType, dict[str, type]] = {
 #: msgpack-native) so that additive changes stay compatible.
 OPTIONAL_FIELDS: dict[MessageType, dict[str, type]] = {
     MessageType.HEARTBEAT_ACK: {"run_id": str},
+    MessageType.ROWS: {"episode_stats": dict, "env_restarts": int},
 }
 
 

@@ -9,11 +9,14 @@ import numpy as np
 import pytest
 import zmq
 
+from actors.envs.base import EnvSpec
+from actors.envs.spaces import ActionSpace
 from learner.ingest import Ingest
 from protocol import Limits, Message, MessageType, encode
 from tests.processes import free_port_triple
 
 HORIZON, OBS, SEGMENTS = 5, 3, 6
+SPEC = EnvSpec(num_agents=1, obs_shape=(OBS,), obs_dtype="float32", action=ActionSpace.discrete(2))
 
 
 def rows_message(versions: list[int], marker: float) -> Message:
@@ -21,6 +24,7 @@ def rows_message(versions: list[int], marker: float) -> Message:
     arrays = {
         "obs": np.full((n, HORIZON, OBS), marker, dtype=np.float32),
         "actions": np.zeros((n, HORIZON), dtype=np.int32),
+        "action_masks": np.zeros((n, HORIZON, 0), dtype=np.uint8),
         "logprobs": np.zeros((n, HORIZON), dtype=np.float32),
         "values": np.zeros((n, HORIZON), dtype=np.float32),
         "rewards": np.arange(n, dtype=np.float32)[:, None].repeat(HORIZON, 1) + marker,
@@ -30,7 +34,8 @@ def rows_message(versions: list[int], marker: float) -> Message:
         "states": np.zeros((n, 0), dtype=np.float32),
     }
     return Message(type=MessageType.ROWS, sender="test", version=max(versions),
-                   fields={"num_rows": n, "episode_returns": [1.0], "episode_lengths": [3], "env_steps": n},
+                   fields={"num_rows": n, "episode_returns": [1.0], "episode_lengths": [3], "env_steps": n,
+                           "agent_steps": n},
                    arrays=arrays)
 
 
@@ -39,9 +44,9 @@ def ingest():
     context = zmq.Context()
     stop = threading.Event()
     port = free_port_triple()
-    thread = Ingest(context=context, endpoint=f"tcp://127.0.0.1:{port}", segments=SEGMENTS, obs_shape=(OBS,),
-                    obs_dtype="float32", horizon=HORIZON, state_size=0, max_policy_lag=2, hwm=4,
-                    buffer_bytes=65536, limits=Limits(), stop=stop)
+    thread = Ingest(context=context, endpoint=f"tcp://127.0.0.1:{port}", segments=SEGMENTS, env=SPEC,
+                    horizon=HORIZON, state_size=0, max_policy_lag=2, hwm=4, buffer_bytes=65536, limits=Limits(),
+                    stop=stop)
     thread.policy_version = 10
     thread.start()
     push = context.socket(zmq.PUSH)

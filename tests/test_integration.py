@@ -2,72 +2,18 @@
 
 from __future__ import annotations
 
-import json
 import signal
 import time
-from pathlib import Path
 
 import pytest
 import zmq
 
 from protocol import Message, MessageType, decode, encode
-from tests.processes import alive, descendants, free_port_triple, kill_tree, shm_segments, start, wait_for
+from tests.processes import Run, alive, metrics, shm_segments, start, wait_for
 
 REQUIRED_METRICS = ("update", "env_steps", "agent_steps", "sps", "episode_return_mean", "episode_length_mean",
                     "policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "explained_variance",
                     "learning_rate", "policy_version", "policy_lag_mean")
-
-
-def metrics(run_dir: Path) -> list[dict]:
-    path = run_dir / "metrics.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-class Run:
-    """A learner plus actor hosts, cleaned up whatever happens."""
-
-    def __init__(self, tmp_path: Path, *learner_args: str) -> None:
-        self.tmp = tmp_path
-        self.port = free_port_triple()
-        self.run_dir = tmp_path / "run"
-        self.learner_args = ["--config", "configs/cartpole.yaml", "--run-dir", str(self.run_dir),
-                             "--set", f"network.port={self.port}", *learner_args]
-        self.procs: list = []
-        self.workers: dict[int, set[int]] = {}
-
-    def learner(self, *extra: str, log: str = "learner.log"):
-        proc = start("learner", *self.learner_args, *extra, log=self.tmp / log)
-        self.procs.append(proc)
-        return proc
-
-    def actors(self, n: int = 2, log: str = "actors.log"):
-        proc = start("actors", "--n", str(n), "--learner", f"tcp://127.0.0.1:{self.port}", log=self.tmp / log)
-        self.procs.append(proc)
-        return proc
-
-    def note_workers(self, proc) -> set[int]:
-        """Remember the env worker processes of an actor host (to check they are gone later)."""
-        wait_for(lambda: len(descendants(proc.pid)) >= 1, 30)
-        self.workers[proc.pid] = descendants(proc.pid)
-        return self.workers[proc.pid]
-
-    def log(self, name: str) -> str:
-        return (self.tmp / name).read_text()
-
-    def assert_clean(self) -> None:
-        for proc in self.procs:
-            assert proc.poll() is not None, f"process {proc.args} still running"
-            assert not alive(proc.pid)
-            children = self.workers.get(proc.pid, set()) | descendants(proc.pid)
-            assert wait_for(lambda: not any(alive(c) for c in children), 5), f"orphans of {proc.args}"
-            assert shm_segments(proc.pid) == [], f"leaked shared memory of {proc.pid}"
-
-    def close(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                kill_tree(proc)
 
 
 @pytest.fixture
@@ -201,7 +147,7 @@ def test_malformed_messages_are_rejected_and_counted(run):
         data.connect(f"tcp://127.0.0.1:{run.port + 1}")
         data.send_multipart([b"sluice/1", b"\xff\xfe not msgpack"])
         data.send_multipart(encode(Message(type=MessageType.ROWS, sender="x", fields={
-            "num_rows": 1, "episode_returns": [], "episode_lengths": [], "env_steps": 0})))
+            "num_rows": 1, "episode_returns": [], "episode_lengths": [], "env_steps": 0, "agent_steps": 0})))
         time.sleep(0.5)
         for sock in (control, data):
             sock.close(linger=0)

@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import numpy as np
 import pytest
 import torch
 
 from actors.assembler import RowAssembler
-from actors.envs.base import EnvSpec, StepBuffers
+from actors.envs.base import EnvSpec
 from actors.envs.spaces import ActionSpace
-from actors.host import ActorHost, Pending
 from actors.inference import Inference
-from actors.recurrent_state import AgentStates
 from configs.schema import ModelSection
 from policies.lstm import LSTMPolicy
 from policies.mlp import MLPPolicy, load_state_arrays, make_policy, state_arrays
@@ -86,7 +82,7 @@ def numpy_unroll(policy: LSTMPolicy, obs: np.ndarray, state0: np.ndarray) -> tup
         h = sigmoid(o) * np.tanh(c)
         hs.append(h)
     hidden = np.stack(hs, axis=1)
-    logits = hidden @ w["actor.weight"].T + w["actor.bias"]
+    logits = hidden @ w["actor.linear.weight"].T + w["actor.linear.bias"]
     values = (hidden @ w["critic.weight"].T + w["critic.bias"])[..., 0]
     return logits, values
 
@@ -94,7 +90,7 @@ def numpy_unroll(policy: LSTMPolicy, obs: np.ndarray, state0: np.ndarray) -> tup
 def test_forward_rows_without_dones_is_a_plain_lstm_unroll() -> None:
     policy = lstm(seed=3)
     with torch.no_grad():  # non-zero biases so every term of the gates is exercised
-        for p in (policy.cell.bias_ih, policy.cell.bias_hh, policy.actor.weight, policy.critic.bias):
+        for p in (policy.cell.bias_ih, policy.cell.bias_hh, policy.actor.linear.weight, policy.critic.bias):
             p.normal_(0.0, 0.5)
     rng = np.random.default_rng(1)
     obs, state0 = random_rows(rng, policy, 5, 9)
@@ -110,7 +106,7 @@ def test_forward_rows_without_dones_is_a_plain_lstm_unroll() -> None:
             _, _, state = policy.step(obs[:, t], state)
     H = policy.hidden_size
     h_last = state[:, :H].numpy()
-    w = policy.actor
+    w = policy.actor.linear
     np.testing.assert_allclose(h_last @ w.weight.detach().numpy().T + w.bias.detach().numpy(),
                                want_logits[:, -1], rtol=1e-5, atol=1e-5)
 
@@ -167,105 +163,6 @@ def test_assembler_records_state_in_at_row_starts_including_carried_step() -> No
                       np.zeros(1), np.zeros(1), np.zeros(1), version=0)
 
 
-class FakeConn:
-    def send_bytes(self, data: bytes) -> None:
-        pass
-
-
-class RecordingAssembler(RowAssembler):
-    def __init__(self, **kwargs) -> None:
-        super().__init__(**kwargs)
-        self.calls: list[dict] = []
-
-    def add_steps(self, agent_ids, obs, actions, logprobs, values, rewards, dones, bootstrap, version, states=None):
-        self.calls.append(dict(ids=agent_ids.copy(), obs=obs.copy(), bootstrap=bootstrap.copy(),
-                               dones=dones.copy(), states=states.copy()))
-        return super().add_steps(agent_ids, obs, actions, logprobs, values, rewards, dones, bootstrap, version,
-                                 states=states)
-
-
-def host_for(model: ModelSection, *, workers: int, slots: int, horizon: int, seed: int):
-    """An ActorHost wired to in-process fake workers (one group each): just what ``_act`` uses."""
-    host = ActorHost.__new__(ActorHost)
-    host.slots_per_group = host.slots_per_worker = host.envs_per_group = slots
-    torch.manual_seed(seed)
-    host.inference = Inference(SPEC, model, seed=seed)
-    total = workers * slots
-    host.assembler = RecordingAssembler(num_agents=total, num_rows=16 * total, horizon=horizon,
-                                        obs_shape=SPEC.obs_shape, obs_dtype=SPEC.obs_dtype,
-                                        state_size=host.inference.state_size)
-    host.states = AgentStates(total, host.inference.state_size)
-    buffers = [StepBuffers.allocate(SPEC, slots) for _ in range(workers)]
-    fakes = [SimpleNamespace(views=vars(b), conn=FakeConn()) for b in buffers]
-    return host, fakes, buffers
-
-
-def fake_env_step(rng: np.random.Generator, b: StepBuffers) -> None:
-    """Random obs; some episodes terminate, some are truncated (with a random final obs)."""
-    n = len(b.obs)
-    b.obs[:] = rng.standard_normal(b.obs.shape)
-    b.terminated[:] = rng.random(n) < 0.1
-    b.truncated[:] = ~b.terminated & (rng.random(n) < 0.1)
-    b.final_obs[:] = rng.standard_normal(b.obs.shape) * b.truncated[:, None, None]
-    b.episode_done[:] = b.terminated | b.truncated
-    b.episode_return[:] = 1.0
-    b.episode_length[:] = 3
-
-
-@pytest.mark.parametrize("core", ["lstm", "mlp"])
-def test_host_resets_states_bootstraps_from_pre_reset_state_and_rows_replay(core: str) -> None:
-    model = ModelSection(hidden_size=8, num_layers=1, core=core)
-    host, fakes, buffers = host_for(model, workers=2, slots=3, horizon=5, seed=7)
-    rng = np.random.default_rng(3)
-    policy = host.inference.policy
-    truncations = 0
-    for step in range(40):
-        for b in buffers:
-            fake_env_step(rng, b)
-        before = host.states.array.copy()
-        host._act(fakes, [(0, 0), (1, 0)], Pending())
-        call = host.assembler.calls[-1]
-        ended = call["dones"].astype(bool)
-        prior = before[call["ids"]]
-        np.testing.assert_array_equal(call["states"], np.where(ended[:, None], 0.0, prior))
-        truncated = np.concatenate([b.truncated for b in buffers])
-        if truncated.any():  # V(final obs) from the state before the reset
-            final_obs = np.concatenate([b.final_obs for b in buffers])[truncated]
-            with torch.no_grad():
-                want = policy.step(torch.from_numpy(final_obs), torch.from_numpy(prior[truncated]))[1]
-            np.testing.assert_allclose(call["bootstrap"][truncated], want.numpy(), rtol=1e-6, atol=1e-6)
-            if core == "lstm":
-                assert np.abs(prior[truncated]).sum() > 0  # the state it used was a live one
-            truncations += int(truncated.sum())
-        assert (call["bootstrap"][~truncated] == 0).all()
-    assert truncations > 0
-    # The learner replays each row from its stored state and gets the actor's log-probs and values back.
-    rows = host.assembler.pop_full(1000)
-    g = host.assembler.gather(rows)
-    assert len(rows) > 20 and g["states"].shape == (len(rows), policy.state_size)
-    with torch.no_grad():
-        logits, values = policy.forward_rows(torch.from_numpy(g["obs"]), torch.from_numpy(g["dones"]).float(),
-                                             torch.from_numpy(g["states"]))
-    logp = torch.log_softmax(logits, -1).gather(-1, torch.from_numpy(g["actions"]).long()[..., None])[..., 0]
-    np.testing.assert_allclose(logp.numpy(), g["logprobs"], rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(values.numpy(), g["values"], rtol=1e-5, atol=1e-5)
-
-
-def test_restarted_worker_states_are_zeroed() -> None:
-    host, fakes, buffers = host_for(LSTM, workers=2, slots=2, horizon=4, seed=1)
-    for b in buffers:
-        b.obs[:] = 1.0
-    host._act(fakes, [(0, 0), (1, 0)], Pending())
-    assert (np.abs(host.states.array).sum(axis=1) > 0).all()
-    host.stopping = False
-    host._spawn = lambda slot: setattr(slot, "conn", SimpleNamespace(fileno=lambda: 99))
-    slots = [SimpleNamespace(process=SimpleNamespace(join=lambda timeout: None, exitcode=1), restarts=0)] * 2
-    poller = SimpleNamespace(unregister=lambda fd: None, register=lambda fd, flags: None)
-    host._restart_worker(slots, 1, {5: 1}, 5, [], poller)
-    assert (np.abs(host.states.array[:2]).sum(axis=1) > 0).all()
-    assert (host.states.array[2:] == 0).all()
-
-
 # (e) the MLP path is unchanged --------------------------------------------------------------------------------
 
 def test_mlp_has_no_state_and_step_matches_forward() -> None:
@@ -274,7 +171,7 @@ def test_mlp_has_no_state_and_step_matches_forward() -> None:
     assert isinstance(policy, MLPPolicy) and policy.state_size == 0
     assert list(policy.state_dict()) == [
         "torso.0.weight", "torso.0.bias", "torso.2.weight", "torso.2.bias", "critic_torso.0.weight",
-        "critic_torso.0.bias", "critic_torso.2.weight", "critic_torso.2.bias", "actor.weight", "actor.bias",
+        "critic_torso.0.bias", "critic_torso.2.weight", "critic_torso.2.bias", "actor.linear.weight", "actor.linear.bias",
         "critic.weight", "critic.bias"]  # checkpoints of the MLP keep their names
     obs = torch.randn(4, 5, *SPEC.obs_shape)
     empty = torch.zeros(4, 0)

@@ -132,6 +132,7 @@ def make_case(seed: int, logp_noise: float):
                 rewards=rng.normal(size=(ROWS, HORIZON + 1)).astype(np.float32),
                 dones=dones, bootstrap=bootstrap.astype(np.float32))
     batch = RowBatch(obs=torch.from_numpy(obs), actions=torch.from_numpy(actions).long(),
+                     action_masks=torch.zeros((ROWS, HORIZON + 1, 0), dtype=torch.uint8),
                      states=torch.zeros((ROWS, 0)),
                      **{k: torch.from_numpy(data[k]) for k in ("logprobs", "values", "rewards", "dones", "bootstrap")})
     return policy, batch, data

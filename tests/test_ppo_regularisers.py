@@ -85,7 +85,7 @@ def test_vf_warmup_optimises_only_the_value_loss():
 
     policy, batch, _ = make_case(6, 0.25)  # without the warm-up the policy moves
     update(policy, batch, trainer, schedule(trainer, lr=1e-2))
-    assert not torch.equal(policy.state_dict()["actor.weight"], actor["actor.weight"])
+    assert not torch.equal(policy.state_dict()["actor.linear.weight"], actor["actor.linear.weight"])
 
 
 def test_zero_initial_vf_gives_zero_values():
@@ -116,7 +116,9 @@ def test_gradient_accumulation_averages_minibatch_gradients():
     # the same update by hand
     obs, actions = batch.obs[:, :HORIZON], batch.actions[:, :HORIZON]
     dones = batch.dones[:, :HORIZON]
-    ratios = torch.exp(current_logprobs(twin, obs, actions, dones, batch.states) - batch.logprobs[:, :HORIZON])
+    masks = batch.action_masks[:, :HORIZON]
+    ratios = torch.exp(current_logprobs(twin, obs, actions, masks, dones, batch.states)
+                       - batch.logprobs[:, :HORIZON])
     adv = compute_advantages(batch.values, batch.rewards + trainer.gamma * batch.bootstrap, batch.dones, ratios,
                              gamma=trainer.gamma, gae_lambda=trainer.gae_lambda)
     probs = sampling_probs(adv, 0.0)
@@ -125,7 +127,8 @@ def test_gradient_accumulation_averages_minibatch_gradients():
     total = 0.0
     for _ in range(2):
         idx = torch.multinomial(probs, ROWS // 2, replacement=False, generator=gen)
-        mb = Minibatch(obs=obs[idx], actions=actions[idx], dones=dones[idx], states=batch.states[idx],
+        mb = Minibatch(obs=obs[idx], actions=actions[idx], action_masks=masks[idx], dones=dones[idx],
+                       states=batch.states[idx],
                        old_logprobs=batch.logprobs[idx, :HORIZON], old_values=batch.values[idx, :HORIZON],
                        advantages=adv[idx], returns=(adv + batch.values[:, :HORIZON])[idx],
                        is_weights=torch.ones(ROWS // 2))

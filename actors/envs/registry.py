@@ -7,6 +7,7 @@ from actors.envs.cartpole import CartPoleVec
 from actors.envs.gridworld import GridworldVec, grid_settings
 from actors.envs.gym_adapter import GymnasiumVecEnv
 from actors.envs.gym_vector_adapter import GymnasiumVectorAdapter
+from actors.envs.native import make_native_env
 from actors.envs.pettingzoo_adapter import PettingZooParallelAdapter
 from actors.envs.probes import MemoryProbeVec, TruncationProbeVec, memory_delay
 from configs.env_config import ENV_NAMES, EnvConfig
@@ -44,7 +45,8 @@ def _check_no_kwargs(cfg: EnvConfig) -> None:
         raise ValueError(f"env.kwargs is not supported for env '{cfg.name}' (got keys {sorted(cfg.kwargs)})")
 
 
-_ENTRY_POINT_ENVS = {"gymnasium_vector": GymnasiumVectorAdapter, "pettingzoo": PettingZooParallelAdapter}
+_ENTRY_POINT_ENVS = {"gymnasium_vector": GymnasiumVectorAdapter, "pettingzoo": PettingZooParallelAdapter,
+                     "native": make_native_env}
 """Envs built by calling env.entry_point ('module:callable')."""
 
 _BUILTIN_SPECS: dict[str, EnvSpec] = {
@@ -107,7 +109,8 @@ def _make_external(cfg: EnvConfig, num_envs: int) -> VecEnv:
     return env
 
 
-_ENTRY_POINT_EXAMPLES = {"gymnasium_vector": "gymnasium:make_vec", "pettingzoo": "mpe2.simple_spread_v3:parallel_env"}
+_ENTRY_POINT_EXAMPLES = {"gymnasium_vector": "gymnasium:make_vec", "pettingzoo": "mpe2.simple_spread_v3:parallel_env",
+                         "native": "examples.corridor:CorridorVec"}
 
 
 def make_vec_env(cfg: EnvConfig, num_envs: int) -> VecEnv:

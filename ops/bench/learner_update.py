@@ -44,7 +44,9 @@ def synthetic_batch(policy: torch.nn.Module, spec: EnvSpec, segments: int, horiz
     logprobs = torch.log_softmax(logits, -1).gather(-1, actions.unsqueeze(-1)).squeeze(-1)
     dones = (torch.rand((segments, horizon), generator=gen) < 0.02).float()
     policy.to(device)
-    return RowBatch(obs=obs.to(device), actions=actions.to(device), logprobs=logprobs.to(device),
+    return RowBatch(obs=obs.to(device), actions=actions.to(device),
+                    action_masks=torch.zeros((segments, horizon, 0), dtype=torch.uint8, device=device),
+                    logprobs=logprobs.to(device),
                     values=values.to(device), rewards=torch.rand((segments, horizon), generator=gen).to(device),
                     dones=dones.to(device), bootstrap=torch.zeros((segments, horizon), device=device),
                     states=torch.zeros((segments, policy.state_size), device=device))

@@ -1,0 +1,114 @@
+"""One inference step of an actor host: ready env groups in shared memory -> actions back, steps recorded.
+
+``GroupStepper.act`` reads what the workers of the ready groups wrote (observations, rewards, episode ends,
+action masks, which slots are active), runs the policy once for all active agents, writes the actions into
+the groups' shared memory and records the steps in the row assembler. Inactive slots (agents that finished
+before the rest of their env, sub-envs between an episode end and their reset) are neither acted for nor
+recorded: the learner never sees a padded step. The host only wakes the workers afterwards.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from actors.assembler import RowAssembler
+from actors.envs.base import EnvSpec
+from actors.inference import Inference
+from actors.recurrent_state import AgentStates
+
+
+@dataclass
+class Pending:
+    """Per-host counters shipped with the next ROWS message."""
+
+    env_steps: int = 0
+    """Env steps taken (one env, all its agents, one step)."""
+    agent_steps: int = 0
+    """Steps of active agents (what the learner's total_timesteps counts)."""
+    env_restarts: int = 0
+    """Env groups that raised and were rebuilt."""
+    returns: list[float] = field(default_factory=list)
+    """Returns of the episodes that ended."""
+    lengths: list[int] = field(default_factory=list)
+    """Their lengths."""
+    stats: dict[str, list[float]] = field(default_factory=dict)
+    """The env's named episode statistics of those episodes, by name."""
+
+    def clear(self) -> None:
+        """After shipping: start counting afresh."""
+        self.env_steps = self.agent_steps = self.env_restarts = 0
+        self.returns, self.lengths = [], []
+        self.stats = {name: [] for name in self.stats}
+
+
+class GroupStepper:
+    """Inference and recording for groups of ``envs_per_group`` envs; agent id = global slot index."""
+
+    def __init__(self, *, spec: EnvSpec, inference: Inference, assembler: RowAssembler, states: AgentStates,
+                 envs_per_group: int, groups_per_worker: int) -> None:
+        self.spec = spec
+        self.inference = inference
+        self.assembler = assembler
+        self.states = states
+        self.envs_per_group = envs_per_group
+        self.slots_per_group = envs_per_group * spec.num_agents
+        self.slots_per_worker = self.slots_per_group * groups_per_worker
+
+    def act(self, ready: list[tuple[dict[str, np.ndarray], int, int]], pending: Pending) -> None:
+        """For each ready (worker views, worker index, group): decide, write actions, record the steps."""
+        spg = self.slots_per_group
+        parts = [(views, slice(g * spg, (g + 1) * spg), w * self.slots_per_worker + g * spg)
+                 for views, w, g in ready]
+        self._episode_stats(parts, pending)
+        active = np.concatenate([v["active"][s] for v, s, _ in parts])
+        chosen = None if active.all() else np.flatnonzero(active)
+
+        def gather(name: str) -> np.ndarray:
+            joined = np.concatenate([v[name][s] for v, s, _ in parts])
+            return joined if chosen is None else joined[chosen]
+
+        agent_ids = np.concatenate([np.arange(start, start + spg, dtype=np.int64) for _, _, start in parts])
+        agent_ids = agent_ids if chosen is None else agent_ids[chosen]
+        obs, rewards = gather("obs"), gather("rewards")
+        terminated, truncated = gather("terminated"), gather("truncated")
+        masks = gather("action_mask") if self.spec.mask_size else None
+        bootstrap = np.zeros(len(obs), dtype=np.float32)
+        if truncated.any():  # V(final obs) from the state the agent had before its episode ended
+            final_obs = gather("final_obs")[truncated]
+            bootstrap[truncated] = self.inference.values(final_obs, self.states.read(agent_ids[truncated]))
+        self.states.reset(agent_ids[terminated | truncated])  # obs is the first of a new episode there
+        state_in = self.states.read(agent_ids)
+        decisions = self.inference.decide(obs, state_in, masks)
+        self.states.write(agent_ids, decisions.states)
+        actions = decisions.actions
+        if chosen is not None:  # inactive slots get a zero action, which their env ignores
+            actions = np.zeros((len(active), *self.spec.action.shape), dtype=self.spec.action.dtype)
+            actions[chosen] = decisions.actions
+        for i, (v, s, _) in enumerate(parts):
+            v["actions"][s] = actions[i * spg:(i + 1) * spg]
+        pending.env_steps += len(parts) * self.envs_per_group
+        pending.agent_steps += len(agent_ids)
+        if len(agent_ids):
+            dones = (terminated | truncated).astype(np.uint8)
+            self.assembler.add_steps(agent_ids, obs, decisions.actions, decisions.logprobs, decisions.values,
+                                     rewards, dones, bootstrap, self.inference.version, states=state_in,
+                                     action_masks=masks)
+
+    def forget_worker(self, worker: int) -> None:
+        """A worker died and is being replaced: drop its agents' partial rows and zero their states."""
+        start = worker * self.slots_per_worker
+        agents = np.arange(start, start + self.slots_per_worker, dtype=np.int64)
+        self.assembler.discard_agents(agents)
+        self.states.reset(agents)  # the new worker's envs start fresh episodes
+
+    def _episode_stats(self, parts: list, pending: Pending) -> None:
+        """Collect the episodes that ended in these groups, whether or not their slots act now."""
+        for v, s, _ in parts:
+            done = v["episode_done"][s]
+            if done.any():
+                pending.returns.extend(v["episode_return"][s][done].tolist())
+                pending.lengths.extend(v["episode_length"][s][done].tolist())
+                for k, name in enumerate(self.spec.episode_stats):
+                    pending.stats.setdefault(name, []).extend(v["episode_stats"][s][done, k].tolist())
