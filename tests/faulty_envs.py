@@ -1,0 +1,33 @@
+"""Native envs that fail on purpose, for the env-fault tests (built through env.name: native)."""
+
+from __future__ import annotations
+
+from actors.envs.base import StepBuffers
+from actors.envs.cartpole import CartPoleVec
+
+
+class FlakyCartPole(CartPoleVec):
+    """CartPole whose every instance raises in its ``fail_every``-th step (a bug that strikes now and then)."""
+
+    def __init__(self, num_envs: int, *, max_steps: int, fail_every: int = 40) -> None:
+        super().__init__(num_envs, max_steps=max_steps)
+        self.fail_every = fail_every
+        self.calls = 0
+
+    def step(self, buffers: StepBuffers) -> None:
+        """Step, except every ``fail_every``-th call, which raises."""
+        self.calls += 1
+        if self.calls % self.fail_every == 0:
+            raise RuntimeError(f"flaky env: failing on step call {self.calls}")
+        super().step(buffers)
+
+
+class BrokenReset(CartPoleVec):
+    """CartPole that cannot reset at all."""
+
+    def __init__(self, num_envs: int, *, max_steps: int) -> None:
+        super().__init__(num_envs, max_steps=max_steps)
+
+    def reset(self, buffers: StepBuffers, seed: int) -> None:
+        """Always raises."""
+        raise OSError("simulator license server unreachable")
