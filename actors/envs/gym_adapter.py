@@ -15,7 +15,7 @@ import gymnasium
 import numpy as np
 
 from actors.envs.base import EnvSpec, StepBuffers
-from actors.envs.gym_spaces import SpaceConverter
+from actors.envs.gym_spaces import SpaceConverter, close_each
 
 
 def _make_one(gym_id: str, max_steps: int, kwargs: dict[str, Any]) -> gymnasium.Env:
@@ -111,13 +111,6 @@ class GymnasiumVecEnv:
                 self._reset_one(i, None, buffers)
 
     def close(self) -> None:
-        """Close every env made so far (best effort: the first failure is re-raised after closing the rest)."""
-        first_error: Exception | None = None
-        for env in self._envs:
-            try:
-                env.close()
-            except Exception as exc:  # keep closing the others
-                first_error = first_error or exc
-        self._envs = []
-        if first_error is not None:
-            raise RuntimeError(f"gymnasium env '{self.gym_id}' raised in close(): {first_error!r}") from first_error
+        """Close every env made so far (the first failure is re-raised after closing the rest)."""
+        envs, self._envs = self._envs, []
+        close_each(envs, f"gymnasium env '{self.gym_id}'")

@@ -188,3 +188,15 @@ class SpaceConverter:
             raise ValueError(f"{prefix} an action mask with shape {mask.shape} dtype {mask.dtype}; expected "
                              f"shape {expected} of 0/1 flags (sum(nvec) per agent, from its {self.source})")
         return obs, (mask != 0).astype(np.uint8)
+
+
+def close_each(envs: list, label: str) -> None:
+    """Close every env of an adapter; the first failure is re-raised (naming ``label``) after closing the rest."""
+    first_error: Exception | None = None
+    for env in envs:
+        try:
+            env.close()
+        except Exception as exc:  # keep closing the others
+            first_error = first_error or exc
+    if first_error is not None:
+        raise RuntimeError(f"{label} raised in close(): {first_error!r}") from first_error

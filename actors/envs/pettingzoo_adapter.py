@@ -30,7 +30,7 @@ from pettingzoo import ParallelEnv
 
 from actors.envs.base import EnvSpec, StepBuffers
 from actors.envs.entry_point import resolve_entry_point
-from actors.envs.gym_spaces import SpaceConverter
+from actors.envs.gym_spaces import SpaceConverter, close_each
 
 
 class PettingZooParallelAdapter:
@@ -220,12 +220,5 @@ class PettingZooParallelAdapter:
 
     def close(self) -> None:
         """Close every env made so far (the first failure is re-raised after closing the rest)."""
-        first_error: Exception | None = None
-        for env in self._envs:
-            try:
-                env.close()
-            except Exception as exc:  # keep closing the others
-                first_error = first_error or exc
-        self._envs = []
-        if first_error is not None:
-            raise RuntimeError(f"{self.label} raised in close(): {first_error!r}") from first_error
+        envs, self._envs = self._envs, []
+        close_each(envs, self.label)
