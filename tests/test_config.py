@@ -348,5 +348,5 @@ def test_run_dir_with_checkpoint_refuses(tmp_path):
 
 
 def test_env_name_choice_is_validated():
-    assert ("allowed: cartpole, gridworld, native, gymnasium, gymnasium_vector, pettingzoo, probe_truncation, probe_memory"
-            in config_error("env.name=foo"))
+    allowed = "cartpole, gridworld, native, gymnasium, gymnasium_vector, pettingzoo, probe_truncation, probe_memory"
+    assert f"allowed: {allowed}" in config_error("env.name=foo")
