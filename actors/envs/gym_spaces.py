@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from actors.envs.base import EnvSpec
+from actors.envs.base import EnvSpec, StepBuffers
 from actors.envs.spaces import ActionSpace
 
 SUPPORTED = ("supported: Box observation spaces (any dtype), or Dict observation spaces with exactly the keys "
@@ -200,3 +200,12 @@ def close_each(envs: list, label: str) -> None:
             first_error = first_error or exc
     if first_error is not None:
         raise RuntimeError(f"{label} raised in close(): {first_error!r}") from first_error
+
+
+def report_episode(buffers: StepBuffers, slot: int, returns: np.ndarray, lengths: np.ndarray) -> None:
+    """Report the episode of ``slot`` that ended on this step and start its return/length trackers afresh."""
+    buffers.episode_done[slot] = True
+    buffers.episode_return[slot] = returns[slot]
+    buffers.episode_length[slot] = lengths[slot]
+    returns[slot] = 0.0
+    lengths[slot] = 0

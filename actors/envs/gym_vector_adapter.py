@@ -30,7 +30,7 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, Vecto
 
 from actors.envs.base import EnvSpec, StepBuffers
 from actors.envs.entry_point import resolve_entry_point
-from actors.envs.gym_spaces import SpaceConverter
+from actors.envs.gym_spaces import SpaceConverter, report_episode
 
 
 class GymnasiumVectorAdapter:
@@ -174,11 +174,7 @@ class GymnasiumVectorAdapter:
             if not (terminated or truncated):
                 buffers.rewards[i] = rewards[i]
                 continue
-            buffers.episode_done[i] = True
-            buffers.episode_return[i] = self._returns[i]
-            buffers.episode_length[i] = self._lengths[i]
-            self._returns[i] = 0.0
-            self._lengths[i] = 0
+            report_episode(buffers, i, self._returns, self._lengths)
             if env_ended and self.mode == AutoresetMode.NEXT_STEP:
                 self._hold(buffers, i, float(rewards[i]), terminated, truncated, obs[i])
             elif env_ended and self.mode == AutoresetMode.SAME_STEP:

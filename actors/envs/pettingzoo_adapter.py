@@ -30,7 +30,7 @@ from pettingzoo import ParallelEnv
 
 from actors.envs.base import EnvSpec, StepBuffers
 from actors.envs.entry_point import resolve_entry_point
-from actors.envs.gym_spaces import SpaceConverter, close_each
+from actors.envs.gym_spaces import SpaceConverter, close_each, report_episode
 
 
 class PettingZooParallelAdapter:
@@ -195,11 +195,7 @@ class PettingZooParallelAdapter:
                 buffers.rewards[slot] = reward
                 continue
             # this agent's episode is over: report it now, hold its reward and flags for the reset step
-            buffers.episode_done[slot] = True
-            buffers.episode_return[slot] = self._returns[slot]
-            buffers.episode_length[slot] = self._lengths[slot]
-            self._returns[slot] = 0.0
-            self._lengths[slot] = 0
+            report_episode(buffers, slot, self._returns, self._lengths)
             self._held_reward[slot] = reward
             self._held_terminated[slot] = terminated
             self._held_truncated[slot] = truncated
