@@ -20,6 +20,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="env worker processes on this host (default: the run's trainer.num_workers)")
     parser.add_argument("--learner", default=DEFAULT_LEARNER,
                         help=f"learner control address (default {DEFAULT_LEARNER})")
+    parser.add_argument("--null-policy", action="store_true",
+                        help="benchmark mode: uniformly random (legal) actions instead of the learner's policy, "
+                             "no network; rows still stream to the learner (ops/bench/pipeline.py uses it)")
     return parser
 
 
@@ -38,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     from actors.host import ActorHost  # heavy imports (torch, numba) only when running
     from actors.worker import EnvFailure
 
-    host = ActorHost(endpoint, num_workers=args.n)
+    host = ActorHost(endpoint, num_workers=args.n, null_policy=args.null_policy)
 
     def handler(signum: int, _frame: object) -> None:
         host.request_stop(f"{signal.Signals(signum).name} received")

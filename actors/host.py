@@ -22,12 +22,12 @@ import zmq
 
 from actors.assembler import RowAssembler
 from actors.envs.registry import env_spec
-from actors.inference import Inference
+from actors.inference import Inference, NullInference
 from actors.learner_link import LearnerLink, Registration
 from actors.recurrent_state import AgentStates
 from actors.stepper import GroupStepper, Pending
 from actors.shm import ShmSegment, remove_stale_segments, segment_name
-from actors.worker import (QUIT, STATUS_ENV_RESTARTED, STATUS_FATAL, EnvFailure, WorkerSpec, worker_layout,
+from actors.worker import (CLOCK, QUIT, STATUS_ENV_RESTARTED, STATUS_FATAL, EnvFailure, WorkerSpec, worker_layout,
                            worker_main)
 from configs.loader import config_from_dict
 from configs.plan import make_plan
@@ -55,9 +55,10 @@ class WorkerSlot:
 class ActorHost:
     """One host's actors for one learner."""
 
-    def __init__(self, learner: Endpoint, *, num_workers: int | None) -> None:
+    def __init__(self, learner: Endpoint, *, num_workers: int | None, null_policy: bool = False) -> None:
         self.learner = learner
         self.requested_workers = num_workers
+        self.null_policy = null_policy
         self.stopping = False
         self.stop_reason = ""
         self.env_restarts = 0
@@ -101,7 +102,9 @@ class ActorHost:
         self.slots_per_worker = self.slots_per_group * self.groups
         total_agents = n * self.slots_per_worker
         rows_per_message = config.network.rows_per_message
-        self.inference = Inference(self.spec, config.model, seed=config.run.seed + os.getpid())
+        seed = config.run.seed + os.getpid()
+        self.inference = (NullInference(self.spec, seed=seed) if self.null_policy
+                          else Inference(self.spec, config.model, seed=seed))
         self.assembler = RowAssembler(num_agents=total_agents,
                                       num_rows=2 * total_agents + 2 * rows_per_message,
                                       horizon=trainer.bptt_horizon + 1, obs_shape=self.spec.obs_shape,
@@ -127,8 +130,10 @@ class ActorHost:
             slot = WorkerSlot(spec=spec, segment=segment, views=segment.views(layout))
             workers.append(slot)
             self._spawn(slot)
+        self.clocks_seen = np.zeros((n, 2))
+        policy = ", null policy (uniform random actions)" if self.null_policy else ""
         print(f"actors: {n} workers x {self.plan.envs_per_worker} envs ({self.groups} groups) of "
-              f"{config.env.name}, learner {self.learner.url}", flush=True)
+              f"{config.env.name}{policy}, learner {self.learner.url}", flush=True)
         return workers
 
     def _spawn(self, slot: WorkerSlot) -> None:
@@ -189,7 +194,7 @@ class ActorHost:
                 if not self.assembler.can_accept(take * self.slots_per_group):
                     break
                 self._act(workers, [ready.popleft() for _ in range(take)], pending)
-            last_flush = self._ship(link, net.rows_per_message, pending, last_flush)
+            last_flush = self._ship(link, net.rows_per_message, pending, last_flush, workers)
 
     def _collect(self, workers, by_fd, fd, ready, poller, pending: Pending) -> None:
         w = by_fd[fd]
@@ -232,7 +237,8 @@ class ActorHost:
         for w, g in batch:
             workers[w].conn.send_bytes(bytes([g]))
 
-    def _ship(self, link: LearnerLink, rows_per_message: int, pending: Pending, last_flush: float) -> float:
+    def _ship(self, link: LearnerLink, rows_per_message: int, pending: Pending, last_flush: float,
+              workers: list[WorkerSlot]) -> float:
         """Send full rows in blocks while the data socket has room; returns the last flush time."""
         now = time.monotonic()
         while True:
@@ -240,6 +246,7 @@ class ActorHost:
             due = full >= rows_per_message or (full > 0 and now - last_flush > FLUSH_AFTER_S)
             if not due or not link.can_send_rows():
                 return last_flush
+            self._read_worker_clocks(workers, pending)
             rows = self.assembler.pop_full(rows_per_message)
             arrays = self.assembler.gather(rows)
             self.assembler.release(rows)
@@ -247,11 +254,19 @@ class ActorHost:
                               fields={"num_rows": len(rows), "episode_returns": pending.returns,
                                       "episode_lengths": pending.lengths, "env_steps": pending.env_steps,
                                       "agent_steps": pending.agent_steps, "env_restarts": pending.env_restarts,
-                                      "episode_stats": pending.stats},
+                                      "episode_stats": pending.stats, "host_stats": pending.host_stats()},
                               arrays=arrays)
             link.send_rows(message)
             pending.clear()
             last_flush = now
+
+    def _read_worker_clocks(self, workers: list[WorkerSlot], pending: Pending) -> None:
+        """Add the workers' waiting and stepping seconds since the last read to ``pending``."""
+        clocks = np.stack([slot.views[CLOCK] for slot in workers])
+        wait_s, step_s = (clocks - self.clocks_seen).sum(axis=0)
+        self.clocks_seen = clocks
+        pending.worker_wait_s += float(wait_s)
+        pending.worker_step_s += float(step_s)
 
     def _reregister(self, link: LearnerLink, config: RunConfig) -> Registration | None:
         print("actors: learner silent; waiting to register again", flush=True)

@@ -9,13 +9,14 @@ recorded: the learner never sees a padded step. The host only wakes the workers 
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from actors.assembler import RowAssembler
 from actors.envs.base import EnvSpec
-from actors.inference import Inference
+from actors.inference import Inference, NullInference
 from actors.recurrent_state import AgentStates
 
 
@@ -35,18 +36,38 @@ class Pending:
     """Their lengths."""
     stats: dict[str, list[float]] = field(default_factory=dict)
     """The env's named episode statistics of those episodes, by name."""
+    inference_batches: int = 0
+    """Forward passes (one per ``GroupStepper.act``)."""
+    inference_agents: int = 0
+    """Agents decided for in those passes (the batch size the inference step reached, summed)."""
+    inference_s: float = 0.0
+    """Seconds spent in the policy (sampling included) in those passes."""
+    act_s: float = 0.0
+    """Seconds spent in ``GroupStepper.act`` in total (gathering, policy, recording in the assembler)."""
+    worker_wait_s: float = 0.0
+    """Seconds env workers spent waiting for actions (all workers summed; filled in by the host)."""
+    worker_step_s: float = 0.0
+    """Seconds env workers spent stepping their envs (all workers summed; filled in by the host)."""
 
     def clear(self) -> None:
         """After shipping: start counting afresh."""
         self.env_steps = self.agent_steps = self.env_restarts = 0
         self.returns, self.lengths = [], []
         self.stats = {name: [] for name in self.stats}
+        self.inference_batches = self.inference_agents = 0
+        self.inference_s = self.act_s = self.worker_wait_s = self.worker_step_s = 0.0
+
+    def host_stats(self) -> dict[str, float]:
+        """The timing counters as the ROWS message's ``host_stats`` field."""
+        return {"inference_batches": self.inference_batches, "inference_agents": self.inference_agents,
+                "inference_s": self.inference_s, "act_s": self.act_s, "worker_wait_s": self.worker_wait_s,
+                "worker_step_s": self.worker_step_s}
 
 
 class GroupStepper:
     """Inference and recording for groups of ``envs_per_group`` envs; agent id = global slot index."""
 
-    def __init__(self, *, spec: EnvSpec, inference: Inference, assembler: RowAssembler, states: AgentStates,
+    def __init__(self, *, spec: EnvSpec, inference: Inference | NullInference, assembler: RowAssembler, states: AgentStates,
                  envs_per_group: int, groups_per_worker: int) -> None:
         self.spec = spec
         self.inference = inference
@@ -58,6 +79,7 @@ class GroupStepper:
 
     def act(self, ready: list[tuple[dict[str, np.ndarray], int, int]], pending: Pending) -> None:
         """For each ready (worker views, worker index, group): decide, write actions, record the steps."""
+        started = time.perf_counter()
         spg = self.slots_per_group
         parts = [(views, slice(g * spg, (g + 1) * spg), w * self.slots_per_worker + g * spg)
                  for views, w, g in ready]
@@ -80,7 +102,11 @@ class GroupStepper:
             bootstrap[truncated] = self.inference.values(final_obs, self.states.read(agent_ids[truncated]))
         self.states.reset(agent_ids[terminated | truncated])  # obs is the first of a new episode there
         state_in = self.states.read(agent_ids)
+        decide_started = time.perf_counter()
         decisions = self.inference.decide(obs, state_in, masks)
+        pending.inference_s += time.perf_counter() - decide_started
+        pending.inference_batches += 1
+        pending.inference_agents += len(agent_ids)
         self.states.write(agent_ids, decisions.states)
         actions = decisions.actions
         if chosen is not None:  # inactive slots get a zero action, which their env ignores
@@ -95,6 +121,7 @@ class GroupStepper:
             self.assembler.add_steps(agent_ids, obs, decisions.actions, decisions.logprobs, decisions.values,
                                      rewards, dones, bootstrap, self.inference.version, states=state_in,
                                      action_masks=masks)
+        pending.act_s += time.perf_counter() - started
 
     def forget_worker(self, worker: int) -> None:
         """A worker died and is being replaced: drop its agents' partial rows and zero their states."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import signal
+import time
 import traceback
 from dataclasses import dataclass
 
@@ -54,15 +55,19 @@ class WorkerSpec:
     """Base seed for this worker's envs."""
 
 
+CLOCK = "worker_clock"
+"""Shared-memory field [seconds waiting for actions, seconds stepping envs], written by the worker only."""
+
+
 def worker_layout(spec: EnvSpec, slots: int) -> tuple[list[FieldLayout], int]:
-    """The shared-memory layout of one worker: StepBuffers fields over all its agent slots."""
-    return plan_layout(step_buffer_fields(spec, slots))
+    """The shared-memory layout of one worker: StepBuffers fields over all its agent slots, and its clock."""
+    return plan_layout(step_buffer_fields(spec, slots) + [(CLOCK, (2,), "float64")])
 
 
 def group_buffers(views: dict, group: int, slots_per_group: int) -> StepBuffers:
     """StepBuffers of one group: slices of the worker's arrays."""
     part = slice(group * slots_per_group, (group + 1) * slots_per_group)
-    return StepBuffers(**{name: views[name][part] for name in views})
+    return StepBuffers(**{name: views[name][part] for name in views if name != CLOCK})
 
 
 def _die_with_parent() -> None:
@@ -92,7 +97,7 @@ def worker_main(spec: WorkerSpec, conn) -> None:  # conn: multiprocess Connectio
             return
         for g in range(spec.groups):
             conn.send_bytes(bytes([g, STATUS_OK]))
-        _serve(spec, conn, envs, buffers)
+        _serve(spec, conn, envs, buffers, views[CLOCK])
     finally:
         for env in envs:
             _close_quietly(env)
@@ -100,12 +105,17 @@ def worker_main(spec: WorkerSpec, conn) -> None:  # conn: multiprocess Connectio
         segment.close()
 
 
-def _serve(spec: WorkerSpec, conn, envs: list, buffers: list[StepBuffers]) -> None:
-    """The hot loop: step the group the host names, answer with its status, until told to quit."""
+def _serve(spec: WorkerSpec, conn, envs: list, buffers: list[StepBuffers], clock) -> None:
+    """The hot loop: step the group the host names, answer with its status, until told to quit.
+
+    ``clock`` [2] accumulates seconds blocked waiting for the host (no group to step) and seconds stepping.
+    """
     generations = [0] * spec.groups
     failures_in_a_row = [0] * spec.groups
     label = env_label(spec.env)
+    now = time.perf_counter
     while True:
+        waited = now()
         try:
             message = conn.recv_bytes()
         except (EOFError, OSError):
@@ -113,9 +123,12 @@ def _serve(spec: WorkerSpec, conn, envs: list, buffers: list[StepBuffers]) -> No
         if message == QUIT:
             return
         g = message[0]
+        stepped = now()
+        clock[0] += stepped - waited
         try:
             _call(envs[g], "step", buffers[g], label=label)
             failures_in_a_row[g] = 0
+            clock[1] += now() - stepped
             conn.send_bytes(bytes([g, STATUS_OK]))
             continue
         except Exception as exc:  # an env's own bug: restart that env group, keep the worker alive

@@ -18,7 +18,7 @@ import zmq
 
 from actors.envs.base import EnvSpec
 from protocol import Limits, Message, MessageType, ProtocolError, check_arrays, decode
-from protocol.rows import row_array_specs
+from protocol.rows import HOST_STATS, row_array_specs
 
 POLL_MS = 100
 
@@ -51,6 +51,8 @@ class IngestStats:
     """Lengths of the last 100 episodes."""
     recent_stats: dict[str, deque] = field(default_factory=dict)
     """The env's named episode statistics, the last 100 values of each."""
+    host_stats: Counter = field(default_factory=Counter)
+    """Actor hosts' inference and worker timing counters (protocol.rows.HOST_STATS), since the last take."""
     rows_received: int = 0
     """Rows accepted into a batch."""
     rows_dropped: Counter = field(default_factory=Counter)
@@ -165,6 +167,7 @@ class Ingest(threading.Thread):
                                                  f"{len(message.arrays['versions'])} rows sent")
             returns, lengths = _episode_stats(message)
             named = _named_stats(message, self.stat_names, len(returns))
+            host_stats = _host_stats(message)
         except ProtocolError as err:
             with self.stats.lock:
                 self.stats.messages_dropped[err.reason] += 1
@@ -178,6 +181,7 @@ class Ingest(threading.Thread):
             stats.env_steps += message.fields["env_steps"]
             stats.agent_steps += message.fields["agent_steps"]
             stats.env_restarts += message.fields.get("env_restarts", 0)
+            stats.host_stats.update(host_stats)
             for name, values in named.items():
                 stats.recent_stats.setdefault(name, deque(maxlen=100)).extend(values)
             stats.episodes += len(returns)
@@ -218,3 +222,28 @@ def _named_stats(message: Message, names: tuple[str, ...], episodes: int) -> dic
         if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v) for v in values):
             raise ProtocolError("bad_field", f"episode_stats[{name!r}] must be finite numbers")
     return {name: [float(v) for v in values] for name, values in stats.items()}
+
+
+def _host_stats(message: Message) -> dict[str, float]:
+    """The optional ``host_stats`` map of a ROWS message: known keys only, finite numbers >= 0."""
+    stats = message.fields.get("host_stats", {})
+    unknown = sorted(set(stats) - set(HOST_STATS))
+    if unknown:
+        raise ProtocolError("bad_field", f"host_stats has unknown keys {unknown}; allowed: {list(HOST_STATS)}")
+    for name, value in stats.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value) or value < 0:
+            raise ProtocolError("bad_field", f"host_stats[{name!r}] must be a finite number >= 0, got {value!r:.40}")
+    return {name: float(value) for name, value in stats.items()}
+
+
+def host_timing(stats: dict[str, float]) -> dict[str, float | None]:
+    """Inference and worker figures from summed ``host_stats``: batch size reached, ms per forward pass and
+    per inference step, and the fraction of time env workers waited for actions (None where nothing came)."""
+    batches = stats.get("inference_batches", 0.0)
+    worker_s = stats.get("worker_wait_s", 0.0) + stats.get("worker_step_s", 0.0)
+    return {
+        "inference_batch_agents_mean": stats.get("inference_agents", 0.0) / batches if batches else None,
+        "inference_ms_per_batch": 1000 * stats.get("inference_s", 0.0) / batches if batches else None,
+        "act_ms_per_batch": 1000 * stats.get("act_s", 0.0) / batches if batches else None,
+        "worker_wait_fraction": stats.get("worker_wait_s", 0.0) / worker_s if worker_s else None,
+    }

@@ -27,7 +27,7 @@ from configs.plan import make_plan
 from configs.schema import RunConfig, TrainerSection
 from learner.checkpoint import TrainerState, list_checkpoints, load_checkpoint, save_checkpoint
 from learner.control import ControlServer
-from learner.ingest import BatchBuffers, Ingest
+from learner.ingest import BatchBuffers, Ingest, host_timing
 from learner.metrics_log import MetricsLog
 from learner.losses import minibatch_losses
 from learner.ppo import RowBatch, ppo_update
@@ -228,6 +228,8 @@ class Learner:
                 stats.lag_sum = stats.lag_max = stats.lag_rows = 0
                 dropped_stale = stats.rows_dropped["stale"]
                 dropped_messages = sum(stats.messages_dropped.values())
+                timing = host_timing(stats.host_stats)
+                stats.host_stats.clear()
             self.state.elapsed_s = elapsed_before + now - started
             returns = self.state.recent_returns
             record = {
@@ -248,6 +250,7 @@ class Learner:
                 "messages_dropped": dropped_messages,
                 "env_restarts": env_restarts,
                 "actor_hosts": control.host_count(),
+                **timing,
                 "update_s": update_s,
             }
             last_steps, last_time = self.state.agent_steps, now

@@ -76,9 +76,22 @@ class Limits:
 FrameLike = bytes | bytearray | memoryview | zmq.Frame
 
 
+_WIRE_DTYPES: dict[str, np.dtype] = {name: np.dtype(name).newbyteorder("<") for name in ALLOWED_DTYPES}
+_NAMES: dict[np.dtype, str] = {}
+for _name in ALLOWED_DTYPES:
+    _NAMES[np.dtype(_name).newbyteorder("<")] = _NAMES[np.dtype(_name).newbyteorder(">")] = _name
+del _name
+
+
 def _wire_dtype(name: str) -> np.dtype:
     """The little-endian numpy dtype for an allow-listed dtype name."""
-    return np.dtype(name).newbyteorder("<")
+    return _WIRE_DTYPES[name]
+
+
+def dtype_name(dtype: np.dtype) -> str | None:
+    """The allow-listed wire name of ``dtype`` (either byte order), or None (a dict lookup: numpy's
+    ``dtype.name`` is a Python-level property and showed up in the sender's profile)."""
+    return _NAMES.get(dtype)
 
 
 def _as_bytes_view(array: np.ndarray) -> memoryview:
@@ -112,17 +125,16 @@ def encode(msg: Message, limits: Limits | None = None) -> list[bytes | memoryvie
         if not isinstance(name, str):
             raise ProtocolError("bad_array", f"array name {name!r} is not a string")
         array = np.asarray(value)
-        if array.dtype.name not in ALLOWED_DTYPES:
+        wire_name = dtype_name(array.dtype)
+        if wire_name is None:
             raise ProtocolError(
                 "bad_array", f"array '{name}': dtype {array.dtype} is not allowed on the wire"
             )
-        wire = _wire_dtype(array.dtype.name)
+        wire = _WIRE_DTYPES[wire_name]
         if array.dtype != wire or not array.flags.c_contiguous:
             array = np.require(array, dtype=wire, requirements="C")
         buffers.append(_as_bytes_view(array))
-        specs.append(
-            {"name": name, "dtype": array.dtype.name, "shape": list(array.shape), "nbytes": array.nbytes}
-        )
+        specs.append({"name": name, "dtype": wire_name, "shape": list(array.shape), "nbytes": array.nbytes})
 
     header = msgpack.packb(
         {

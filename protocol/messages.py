@@ -100,7 +100,7 @@ REQUIRED_FIELDS: dict[MessageType, dict[str, type]] = {
 #: msgpack-native) so that additive changes stay compatible.
 OPTIONAL_FIELDS: dict[MessageType, dict[str, type]] = {
     MessageType.HEARTBEAT_ACK: {"run_id": str},
-    MessageType.ROWS: {"episode_stats": dict, "env_restarts": int},
+    MessageType.ROWS: {"episode_stats": dict, "env_restarts": int, "host_stats": dict},
 }
 
 
@@ -111,6 +111,10 @@ def _type_ok(value: Any, expected: type) -> bool:
     if expected is float:
         return isinstance(value, (int, float))
     return isinstance(value, expected)
+
+
+_SCALARS = frozenset({str, bool, float})
+"""Types whose values are msgpack-native whatever they hold (int needs its range checked)."""
 
 
 def check_field_value(path: str, value: Any, depth: int = 0) -> None:
@@ -128,6 +132,8 @@ def check_field_value(path: str, value: Any, depth: int = 0) -> None:
         return
     if isinstance(value, list):
         for i, item in enumerate(value):
+            if item is None or type(item) in _SCALARS or (type(item) is int and _INT_MIN <= item <= _INT_MAX):
+                continue  # the common case, without building the path
             check_field_value(f"{path}[{i}]", item, depth + 1)
         return
     if isinstance(value, dict):

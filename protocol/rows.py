@@ -13,6 +13,12 @@ ROW_STEP_FIELDS: dict[str, str] = {
 }
 """Scalar per-step fields of a row, with their wire dtypes (obs, actions and masks depend on the env)."""
 
+HOST_STATS: tuple[str, ...] = ("inference_batches", "inference_agents", "inference_s", "act_s", "worker_wait_s",
+                               "worker_step_s")
+"""Keys of a ROWS message's optional ``host_stats`` map: the actor host's counters since its last message
+(forward passes, agents decided for, seconds in the policy, seconds in the whole inference step, seconds its
+env workers waited for actions and spent stepping). Each a finite number >= 0."""
+
 
 def row_array_specs(*, obs_shape: tuple[int, ...], obs_dtype: str, horizon: int, state_size: int = 0,
                     action_shape: tuple[int, ...] = (), action_dtype: str = "int32",

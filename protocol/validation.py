@@ -12,7 +12,7 @@ from typing import Mapping
 
 import numpy as np
 
-from .framing import ALLOWED_DTYPES
+from .framing import ALLOWED_DTYPES, dtype_name
 from .messages import Message, ProtocolError
 
 __all__ = ["ANY", "ArraySpec", "check_arrays", "check_leading_dims"]
@@ -108,7 +108,7 @@ def check_arrays(msg: Message, specs: Mapping[str, ArraySpec]) -> None:
         )
     for name, spec in specs.items():
         array = msg.arrays[name]
-        if array.dtype.name != spec.dtype:
+        if dtype_name(array.dtype) != spec.dtype:
             raise ProtocolError(
                 "bad_array",
                 f"array '{name}': expected dtype {spec.dtype} ({spec.describe()}), "

@@ -3,6 +3,7 @@ are kept, and the batch holds exactly the fresh rows."""
 
 from __future__ import annotations
 
+import re
 import threading
 
 import numpy as np
@@ -11,8 +12,8 @@ import zmq
 
 from actors.envs.base import EnvSpec
 from actors.envs.spaces import ActionSpace
-from learner.ingest import Ingest
-from protocol import Limits, Message, MessageType, encode
+from learner.ingest import Ingest, _host_stats, host_timing
+from protocol import Limits, Message, MessageType, ProtocolError, decode, encode
 from tests.processes import free_port_triple
 
 HORIZON, OBS, SEGMENTS = 5, 3, 6
@@ -98,3 +99,47 @@ def test_recurrent_state_width_is_checked(ingest):
     thread.ready.get(timeout=10)
     with thread.stats.lock:
         assert sum(thread.stats.messages_dropped.values()) == 1
+
+
+def with_host_stats(message: Message, host_stats: dict) -> Message:
+    return Message(type=message.type, sender=message.sender, version=message.version,
+                   fields={**message.fields, "host_stats": host_stats}, arrays=message.arrays)
+
+
+def test_host_stats_are_summed_and_turned_into_inference_figures(ingest):
+    thread, push = ingest
+    stats = {"inference_batches": 4, "inference_agents": 100, "inference_s": 0.002, "act_s": 0.004,
+             "worker_wait_s": 1.0, "worker_step_s": 3.0}
+    push.send_multipart(encode(with_host_stats(rows_message([10] * 3, marker=1.0), stats)))
+    push.send_multipart(encode(with_host_stats(rows_message([10] * 3, marker=2.0), stats)))
+    thread.ready.get(timeout=10)
+    with thread.stats.lock:
+        summed = dict(thread.stats.host_stats)
+    assert summed["inference_agents"] == 200 and summed["worker_step_s"] == 6.0
+    timing = host_timing(summed)
+    assert timing["inference_batch_agents_mean"] == 25.0
+    assert timing["inference_ms_per_batch"] == pytest.approx(0.5)
+    assert timing["act_ms_per_batch"] == pytest.approx(1.0)
+    assert timing["worker_wait_fraction"] == pytest.approx(0.25)
+    assert host_timing({}) == {"inference_batch_agents_mean": None, "inference_ms_per_batch": None,
+                               "act_ms_per_batch": None, "worker_wait_fraction": None}
+
+
+@pytest.mark.parametrize("host_stats, message", [
+    ({"inference_batches": 1, "gpu_s": 1.0}, "host_stats has unknown keys ['gpu_s']"),
+    ({"inference_s": -1.0}, "host_stats['inference_s'] must be a finite number >= 0"),
+    ({"worker_wait_s": float("nan")}, "host_stats['worker_wait_s'] must be a finite number >= 0"),
+    ({"act_s": True}, "host_stats['act_s'] must be a finite number >= 0"),
+])
+def test_bad_host_stats_reject_the_message_and_are_counted(ingest, host_stats, message):
+    thread, push = ingest
+    bad = with_host_stats(rows_message([10, 10], marker=1.0), host_stats)
+    with pytest.raises(ProtocolError, match=re.escape(message)):
+        _host_stats(decode(encode(bad)))
+    push.send_multipart(encode(bad))
+    push.send_multipart(encode(rows_message([10] * SEGMENTS, marker=5.0)))
+    index = thread.ready.get(timeout=10)
+    assert thread.buffers[index].arrays["rewards"][:, 0].tolist() == [5.0, 6.0, 7.0, 8.0, 9.0, 10.0]
+    with thread.stats.lock:
+        assert thread.stats.messages_dropped["bad_field"] == 1
+        assert not thread.stats.host_stats

@@ -34,6 +34,10 @@ def test_cartpole_trains_to_475(run):
     records = metrics(run.run_dir)
     assert records and all(key in records[-1] for key in REQUIRED_METRICS)
     assert records[-1]["episode_return_mean"] >= 475
+    # what actor hosts report about their inference step and workers reaches the learner's metrics
+    timed = [r for r in records if r["inference_batch_agents_mean"] is not None]
+    assert timed and all(0 < r["inference_batch_agents_mean"] <= 64 for r in timed)  # forward-pass target 64
+    assert all(0 <= r["worker_wait_fraction"] <= 1 and r["inference_ms_per_batch"] > 0 for r in timed)
     assert [r["update"] for r in records] == list(range(1, len(records) + 1))
     assert list((run.run_dir / "checkpoints").glob("update_*/model.safetensors"))
     assert (run.run_dir / "config.yaml").exists()

@@ -15,6 +15,7 @@ from actors.inference import Inference
 from actors.recurrent_state import AgentStates
 from actors.stepper import GroupStepper, Pending
 from configs.schema import ModelSection
+from protocol.rows import HOST_STATS
 
 SPEC = EnvSpec(num_agents=1, obs_shape=(2, 3), obs_dtype="float32", action=ActionSpace.discrete(3))
 LSTM = ModelSection(hidden_size=8, num_layers=2, core="lstm")
@@ -141,6 +142,11 @@ def test_inactive_slots_are_neither_acted_for_nor_recorded() -> None:
     assert list(buf.actions[1:]) == [0, 0]
     assert pending.agent_steps == 3 + 3 and pending.env_steps == 4
     assert pending.returns == [2.5, -1.0] and pending.lengths == [4, 4]
+    # the host's inference counters: one forward pass per act, of the active agents only
+    stats = pending.host_stats()
+    assert tuple(stats) == HOST_STATS
+    assert stats["inference_batches"] == 4 and stats["inference_agents"] == 6
+    assert 0 < stats["inference_s"] <= stats["act_s"]
     # back at the env's reset: the held reward and the episode end arrive with the first obs of the new episode
     buf.active[:] = True
     buf.rewards[:] = [0.0, 5.0, -5.0]

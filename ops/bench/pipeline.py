@@ -1,0 +1,329 @@
+"""Benchmark: the actor pipeline against the same envs stepped raw (pipeline overhead, inference, double buffering).
+
+For each env and async_factor, two measurements on the same envs, the same number of processes and the same
+env batches (``async_factor`` groups of ``envs_per_worker / async_factor`` envs per process):
+
+* **raw**: ``--workers`` plain processes step their env groups with pre-drawn random actions, nothing else;
+* **pipeline**: a real ``python -m actors --n <workers> --null-policy`` host (env worker processes, shared
+  memory, the inference step choosing uniformly random actions without a network, the numba assembler, the
+  ZeroMQ sender) streaming to a sink in this process that registers it like the learner does (the real
+  ``ControlServer``), then receives and decodes every ROWS message without training on it.
+
+``pipeline_over_raw = pipeline_agent_steps_per_s / raw_agent_steps_per_s`` (targets: >= 0.8 on the
+20-microsecond synthetic env, >= 0.5 on the gridworld). The pipeline record also carries what the host
+reports in its ROWS messages: the batch size the inference step reaches against
+forward_pass_minibatch_target_size, ms per forward pass and per inference step, and the fraction of time
+env workers wait for actions; plus CPU seconds per process kind, which is where the overhead goes.
+
+Usage: .venv/bin/python ops/bench/pipeline.py [--envs cartpole grid3 grid24 synthetic20us] [--workers 2]
+[--envs-per-worker N] [--async-factor 1 2] [--seconds 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import zmq
+
+from benchlib import emit
+from actors.envs.base import StepBuffers
+from actors.envs.registry import env_spec, make_vec_env
+from configs.loader import config_to_dict, load_config
+from configs.plan import make_plan
+from configs.schema import RunConfig
+from learner.control import ControlServer
+from learner.ingest import host_timing
+from protocol import Limits, MessageType, ProtocolError, decode
+
+REPO = Path(__file__).resolve().parents[2]
+ENVS: dict[str, tuple[str, list[str]]] = {
+    "cartpole": ("configs/cartpole.yaml", []),
+    "grid3": ("configs/grid_3agents.yaml", []),
+    "grid24": ("configs/grid_24agents.yaml", []),
+    "synthetic20us": ("configs/cartpole.yaml", ["env.name=native", "env.entry_point=actors.envs.synthetic:SyntheticVec",
+                                                "env.kwargs={step_us: 20}"]),
+}
+"""Benchmark env name -> (run config, overrides)."""
+TARGETS = {"synthetic20us": 0.8, "grid3": 0.5, "grid24": 0.5}
+ACTIONS_CYCLE = 64
+
+
+def bench_config(env: str, workers: int, envs_per_worker: int | None, async_factor: int) -> RunConfig:
+    """The env's run config sized to ``workers`` x ``envs_per_worker`` envs in ``async_factor`` groups."""
+    path, overrides = ENVS[env]
+    config = load_config(REPO / path, overrides)
+    sizing = [f"trainer.num_workers={workers}", f"trainer.async_factor={async_factor}"]
+    if envs_per_worker is not None:
+        if envs_per_worker % async_factor:
+            raise SystemExit(f"--envs-per-worker {envs_per_worker} must be divisible by async_factor {async_factor}")
+        target = envs_per_worker * workers // async_factor * config.env.num_agents
+        total_agents = envs_per_worker * workers * config.env.num_agents
+        batch = max(config.trainer.batch_size, total_agents * config.trainer.bptt_horizon)
+        sizing += [f"trainer.forward_pass_minibatch_target_size={target}",  # the batch only has to hold the rows
+                   f"trainer.batch_size={batch}", f"trainer.minibatch_size={batch}"]
+    return load_config(REPO / path, overrides + sizing)
+
+
+# -- raw: the same env groups, stepped by plain processes ------------------------------------------------
+
+def _raw_worker(config: RunConfig, groups: int, envs_per_group: int, seed: int, ready, start, seconds: float,
+                results) -> None:
+    envs = [make_vec_env(config.env, envs_per_group) for _ in range(groups)]
+    buffers = [StepBuffers.allocate(env.spec, envs_per_group) for env in envs]
+    rng = np.random.default_rng(seed)
+    spec = envs[0].spec
+    slots = envs_per_group * spec.num_agents
+    if spec.action.kind == "box":
+        actions = rng.standard_normal((ACTIONS_CYCLE, slots, *spec.action.shape)).astype(np.float32)
+    else:
+        nvec = np.asarray(spec.action.nvec).reshape(spec.action.shape or ())
+        actions = (rng.random((ACTIONS_CYCLE, slots, *spec.action.shape)) * nvec).astype(np.int32)
+    for g, env in enumerate(envs):
+        env.reset(buffers[g], seed + g)
+    warm_until = time.perf_counter() + 1.0
+    k = 0
+    while time.perf_counter() < warm_until or k < 20:  # numba compilation / cache load
+        for g, env in enumerate(envs):
+            buffers[g].actions[:] = actions[k % ACTIONS_CYCLE]
+            env.step(buffers[g])
+        k += 1
+    ready.put(os.getpid())
+    start.wait()
+    agent_steps, began = 0, time.perf_counter()
+    while True:
+        for g, env in enumerate(envs):
+            buffers[g].actions[:] = actions[k % ACTIONS_CYCLE]
+            env.step(buffers[g])
+            agent_steps += int(buffers[g].active.sum())
+        k += 1
+        elapsed = time.perf_counter() - began
+        if elapsed >= seconds:
+            break
+    for env in envs:
+        env.close()
+    results.put((agent_steps, elapsed))
+
+
+def measure_raw(config: RunConfig, workers: int, seconds: float) -> dict:
+    """Aggregate agent steps/s of ``workers`` processes stepping the env groups an actor host would run."""
+    plan = make_plan(config.trainer, num_agents=config.env.num_agents, num_workers=workers)
+    groups = config.trainer.async_factor
+    context = mp.get_context("spawn")
+    ready, results, start = context.Queue(), context.Queue(), context.Event()
+    procs = [context.Process(target=_raw_worker, args=(config, groups, plan.envs_per_worker // groups, 1000 * w,
+                                                        ready, start, seconds, results), daemon=True)
+             for w in range(workers)]
+    try:
+        for proc in procs:
+            proc.start()
+        for _ in procs:
+            ready.get(timeout=120)
+        start.set()
+        outcomes = [results.get(timeout=seconds + 60) for _ in procs]
+    finally:
+        for proc in procs:
+            proc.join(timeout=5)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+    return {"raw_agent_steps_per_s": round(sum(steps / elapsed for steps, elapsed in outcomes))}
+
+
+# -- pipeline: a real actor host with the null policy, and a sink that stands in for the learner -----------
+
+@dataclass
+class SinkCounters:
+    """What the sink has received (guarded by ``lock``)."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    messages: int = 0
+    rejected: int = 0
+    rows: int = 0
+    bytes: int = 0
+    agent_steps: int = 0
+    env_steps: int = 0
+    host_stats: dict[str, float] = field(default_factory=dict)
+
+    def snapshot(self) -> dict:
+        with self.lock:
+            return {"messages": self.messages, "rejected": self.rejected, "rows": self.rows, "bytes": self.bytes,
+                    "agent_steps": self.agent_steps, "env_steps": self.env_steps,
+                    "host_stats": dict(self.host_stats)}
+
+
+def _drain(socket: zmq.Socket, limits: Limits, counters: SinkCounters, stop: threading.Event) -> None:
+    """Receive and decode every ROWS message (what the learner's ingest does before copying), count it."""
+    poller = zmq.Poller()
+    poller.register(socket, zmq.POLLIN)
+    while not stop.is_set():
+        if not poller.poll(100):
+            continue
+        frames = socket.recv_multipart(copy=False)
+        nbytes = sum(len(f.buffer) for f in frames)
+        try:
+            message = decode(frames, limits)
+        except ProtocolError:
+            with counters.lock:
+                counters.rejected += 1
+            continue
+        if message.type is not MessageType.ROWS:
+            continue
+        with counters.lock:
+            counters.messages += 1
+            counters.bytes += nbytes
+            counters.rows += message.fields["num_rows"]
+            counters.agent_steps += message.fields["agent_steps"]
+            counters.env_steps += message.fields["env_steps"]
+            for name, value in message.fields.get("host_stats", {}).items():
+                counters.host_stats[name] = counters.host_stats.get(name, 0.0) + value
+
+
+def _cpu_seconds(pid: int) -> float:
+    """user + system CPU seconds of one live process (0 when it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _children(pid: int) -> list[int]:
+    kids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            kids.append(int(stat.parent.name))
+    return kids
+
+
+def _cpu_split(host_pid: int) -> dict[str, float]:
+    return {"host": _cpu_seconds(host_pid), "workers": sum(_cpu_seconds(p) for p in _children(host_pid)),
+            "sink": time.process_time()}
+
+
+def measure_pipeline(config: RunConfig, workers: int, seconds: float, warmup_s: float = 3.0,
+                     profile: str | None = None) -> dict:
+    """Agent steps/s of a real null-policy actor host, and what it reports about inference and its workers."""
+    net = config.network
+    limits = Limits(max_message_bytes=net.max_message_bytes)
+    context = zmq.Context()
+    stop = threading.Event()
+    data = context.socket(zmq.PULL)
+    data.setsockopt(zmq.RCVHWM, net.send_queue_messages)
+    data.setsockopt(zmq.RCVBUF, net.socket_buffer_bytes)
+    data.setsockopt(zmq.LINGER, 0)
+    data_port = data.bind_to_random_port("tcp://127.0.0.1")
+    probe = context.socket(zmq.PUB)
+    weights_port = probe.bind_to_random_port("tcp://127.0.0.1")  # the host subscribes; nothing is published
+    control_port = _free_port()
+    registration = {"config": config_to_dict(config), "data_endpoint": f"tcp://127.0.0.1:{data_port}",
+                    "weights_endpoint": f"tcp://127.0.0.1:{weights_port}", "run_id": uuid.uuid4().hex}
+    control = ControlServer(context=context, endpoint=f"tcp://127.0.0.1:{control_port}", registration=registration,
+                            peer_timeout_s=net.peer_timeout_s, limits=limits, stop=stop)
+    control.set_weights(0, {})
+    counters = SinkCounters()
+    drain = threading.Thread(target=_drain, args=(data, limits, counters, stop), name="sink", daemon=True)
+    control.start()
+    drain.start()
+    python = [sys.executable] + (["-m", "cProfile", "-o", profile] if profile else [])
+    host = subprocess.Popen(python + ["-m", "actors", "--n", str(workers), "--null-policy", "--learner",
+                             f"tcp://127.0.0.1:{control_port}"], cwd=REPO, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while counters.snapshot()["messages"] == 0:
+            if host.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"actor host sent no rows (exit {host.poll()}): {host.stderr.read()[-2000:]}")
+            time.sleep(0.1)
+        time.sleep(warmup_s)
+        first, cpu_first, began = counters.snapshot(), _cpu_split(host.pid), time.monotonic()
+        time.sleep(seconds)
+        last, cpu_last, elapsed = counters.snapshot(), _cpu_split(host.pid), time.monotonic() - began
+    finally:
+        control.begin_shutdown("benchmark done")
+        try:
+            host.wait(timeout=3 * net.heartbeat_interval_s + 10)
+        except subprocess.TimeoutExpired:
+            host.terminate()
+            host.wait(timeout=10)
+        stop.set()
+        control.join(timeout=5)
+        drain.join(timeout=5)
+        data.close(linger=0)
+        probe.close(linger=0)
+        context.term()
+    stats = {name: last["host_stats"].get(name, 0.0) - first["host_stats"].get(name, 0.0)
+             for name in last["host_stats"]}
+    timing = host_timing(stats)
+    cpu = {f"cpu_s_per_s_{kind}": round((cpu_last[kind] - cpu_first[kind]) / elapsed, 2) for kind in cpu_last}
+    return {
+        "pipeline_agent_steps_per_s": round((last["agent_steps"] - first["agent_steps"]) / elapsed),
+        "pipeline_env_steps_per_s": round((last["env_steps"] - first["env_steps"]) / elapsed),
+        "wire_mb_per_s": round((last["bytes"] - first["bytes"]) / elapsed / 1e6, 1),
+        "messages_rejected": last["rejected"],
+        "inference_batch_agents_mean": _round(timing["inference_batch_agents_mean"], 1),
+        "inference_ms_per_batch": _round(timing["inference_ms_per_batch"], 3),
+        "act_ms_per_batch": _round(timing["act_ms_per_batch"], 3),
+        "worker_wait_fraction": _round(timing["worker_wait_fraction"], 3),
+        **cpu,
+    }
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _round(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--envs", nargs="+", default=list(ENVS), choices=list(ENVS))
+    parser.add_argument("--workers", type=int, default=2, help="env worker processes (raw: plain processes)")
+    parser.add_argument("--envs-per-worker", type=int, default=None,
+                        help="envs per worker (default: what the env's run config plans)")
+    parser.add_argument("--async-factor", type=int, nargs="+", default=[2, 1],
+                        help="env groups per worker to measure (2 = double buffering)")
+    parser.add_argument("--seconds", type=float, default=10.0, help="measurement window of each run")
+    parser.add_argument("--pipeline-only", action="store_true", help="skip the raw measurement")
+    parser.add_argument("--profile-host", metavar="PATH", default=None,
+                        help="run the actor host under cProfile, writing PATH (read it with python -m pstats)")
+    args = parser.parse_args()
+    for env in args.envs:
+        for async_factor in args.async_factor:
+            config = bench_config(env, args.workers, args.envs_per_worker, async_factor)
+            plan = make_plan(config.trainer, num_agents=config.env.num_agents, num_workers=args.workers)
+            record = {"bench": "pipeline", "env": env, "num_agents": config.env.num_agents,
+                      "obs_shape": list(env_spec(config.env).obs_shape), "workers": args.workers,
+                      "envs_per_worker": plan.envs_per_worker, "async_factor": async_factor,
+                      "forward_pass_minibatch_target_size": config.trainer.forward_pass_minibatch_target_size,
+                      "bptt_horizon": config.trainer.bptt_horizon, "seconds": args.seconds}
+            if not args.pipeline_only:
+                record.update(measure_raw(config, args.workers, args.seconds))
+            record.update(measure_pipeline(config, args.workers, args.seconds, profile=args.profile_host))
+            if not args.pipeline_only:
+                record["pipeline_over_raw"] = round(record["pipeline_agent_steps_per_s"] /
+                                                    record["raw_agent_steps_per_s"], 3)
+                record["target"] = TARGETS.get(env)
+            emit(record)
+
+
+if __name__ == "__main__":
+    main()

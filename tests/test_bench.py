@@ -1,0 +1,35 @@
+"""The benchmarks in ops/bench run and print their figures (tiny windows; no figure is judged here: tests never
+assert on speed), and leave no processes or shared memory behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.processes import descendants
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_bench(script: str, *args: str, timeout: float = 240) -> list[dict]:
+    done = subprocess.run([sys.executable, f"ops/bench/{script}", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+
+
+def test_pipeline_bench_reports_raw_pipeline_and_inference_figures() -> None:
+    before = set(Path("/dev/shm").glob("sluice_*"))
+    (record,) = run_bench("pipeline.py", "--envs", "synthetic20us", "--async-factor", "2", "--seconds", "1",
+                          "--envs-per-worker", "8")
+    assert record["bench"] == "pipeline" and record["env"] == "synthetic20us" and record["envs_per_worker"] == 8
+    assert record["raw_agent_steps_per_s"] > 0 and record["pipeline_agent_steps_per_s"] > 0
+    assert record["pipeline_over_raw"] > 0 and record["target"] == 0.8
+    assert 0 < record["inference_batch_agents_mean"] <= record["forward_pass_minibatch_target_size"]
+    assert 0 <= record["worker_wait_fraction"] <= 1 and record["messages_rejected"] == 0
+    assert record["machine"]
+    assert set(Path("/dev/shm").glob("sluice_*")) <= before
+    assert not descendants(os.getpid())
