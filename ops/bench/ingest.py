@@ -1,8 +1,8 @@
 """Benchmark: PPO training fed by row blocks over ZeroMQ against the same training on blocks already in memory.
 
-One batch worth of ROWS blocks is built (the fields and arrays ``actors/host.py`` ``_ship`` sends, encoded
-with ``protocol.encode``). Two ways to train on them, each as ``Learner._train`` does it (``to_batch`` ->
-``ppo_update`` on one of two host buffers):
+One batch worth of ROWS blocks is built (the fields, host_stats included, and arrays ``actors/host.py``
+``_ship`` sends, encoded with ``protocol.encode``). Two ways to train on them, each as ``Learner._train``
+does it (``to_batch`` -> ``ppo_update`` on one of two host buffers):
 
   * memory: the two batch buffers are filled once from the decoded blocks; the loop just trains.
   * zmq: a synthetic sender process (this script with ``--sender``) pushes the pre-encoded blocks over a real
@@ -106,7 +106,9 @@ def make_blocks(config, state_size: int, seed: int) -> list[Message]:
                   "episode_lengths": [int(x) for x in rng.integers(1, 1000, episodes)],
                   "env_steps": n * trainer.bptt_horizon // max(1, spec.num_agents),
                   "agent_steps": n * trainer.bptt_horizon, "env_restarts": 0,
-                  "episode_stats": {name: [float(v) for v in rng.random(episodes)] for name in spec.episode_stats}}
+                  "episode_stats": {name: [float(v) for v in rng.random(episodes)] for name in spec.episode_stats},
+                  "host_stats": {"inference_batches": 2, "inference_agents": 2 * n, "inference_s": 0.002,
+                                 "act_s": 0.004, "worker_wait_s": 0.001, "worker_step_s": 0.003}}
         messages.append(Message(type=MessageType.ROWS, sender="bench-sender", version=0, fields=fields,
                                 arrays=arrays))
     return messages
