@@ -33,3 +33,16 @@ def test_pipeline_bench_reports_raw_pipeline_and_inference_figures() -> None:
     assert record["machine"]
     assert set(Path("/dev/shm").glob("sluice_*")) <= before
     assert not descendants(os.getpid())
+
+
+def test_assembler_bench_reports_its_ratio() -> None:
+    records = run_bench("assembler_copy.py", "--seconds", "0.2", "--rounds", "1")
+    headlines = [r for r in records if r.get("bench", r.get("benchmark")) == "assembler_copy"]
+    assert headlines and all(r["assembler_over_memcpy"] > 0 and r["target"] == 0.5 for r in headlines)
+
+
+def test_ingest_bench_reports_its_ratio_and_keeps_obs_bytes() -> None:
+    records = run_bench("ingest.py", "--config", "configs/cartpole.yaml", "--updates", "1", "--rounds", "1")
+    headline = [r for r in records if r.get("bench", r.get("benchmark")) == "ingest"]
+    assert headline and headline[0]["ingest_ratio"] > 0 and headline[0]["target"] == 0.9
+    assert not descendants(os.getpid())
