@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 ENV_NAMES = ("cartpole", "gridworld", "native", "gymnasium", "gymnasium_vector", "pettingzoo",
-             "probe_truncation", "probe_memory")
+             "probe_truncation", "probe_memory", "connect_four")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -14,9 +14,9 @@ class EnvConfig:
     """Which env to build and its size; shared by actors (which build it) and learner (which reads its spec)."""
 
     name: str = "cartpole"
-    """Env family: cartpole or gridworld (built-in), native (your own VecEnv, by entry_point), gymnasium (one
-    env by gym_id), gymnasium_vector or pettingzoo (built by entry_point), or a learner probe:
-    probe_truncation, probe_memory."""
+    """Env family: cartpole, gridworld or connect_four (built-in; connect_four is two-player turn-based, so
+    num_agents 2), native (your own VecEnv, by entry_point), gymnasium (one env by gym_id), gymnasium_vector or
+    pettingzoo (built by entry_point), or a learner probe: probe_truncation, probe_memory."""
     gym_id: str = "CartPole-v1"
     """Gymnasium env id, used when name is 'gymnasium'."""
     entry_point: str = ""

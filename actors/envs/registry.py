@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from actors.envs.base import EnvSpec, VecEnv
 from actors.envs.cartpole import CartPoleVec
+from actors.envs.connect_four import ConnectFourVec, check_max_steps
 from actors.envs.gridworld import GridworldVec, grid_settings
 from actors.envs.gym_adapter import GymnasiumVecEnv
 from actors.envs.gym_vector_adapter import GymnasiumVectorAdapter
@@ -53,6 +54,7 @@ _BUILTIN_SPECS: dict[str, EnvSpec] = {
     "cartpole": CartPoleVec.SPEC,
     "probe_truncation": TruncationProbeVec.SPEC,
     "probe_memory": MemoryProbeVec.SPEC,
+    "connect_four": ConnectFourVec.SPEC,
 }
 
 
@@ -65,6 +67,8 @@ def _check_builtin(cfg: EnvConfig) -> EnvSpec:
     if cfg.name == "probe_truncation" and cfg.max_steps < 1:
         raise ValueError(f"env.max_steps for env 'probe_truncation' must be an integer >= 1 "
                          f"(the time limit is the point of this probe), got {cfg.max_steps}")
+    if cfg.name == "connect_four":
+        check_max_steps(cfg.max_steps)
     spec = _BUILTIN_SPECS[cfg.name]
     _check_agents(cfg, spec)
     return spec
@@ -126,5 +130,7 @@ def make_vec_env(cfg: EnvConfig, num_envs: int) -> VecEnv:
             return CartPoleVec(num_envs, max_steps=cfg.max_steps)
         if cfg.name == "probe_truncation":
             return TruncationProbeVec(num_envs, max_steps=cfg.max_steps)
+        if cfg.name == "connect_four":
+            return ConnectFourVec(num_envs, max_steps=cfg.max_steps)
         return MemoryProbeVec(num_envs, delay=memory_delay(cfg.kwargs))
     return _make_external(cfg, num_envs)

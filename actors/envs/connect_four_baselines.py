@@ -1,0 +1,80 @@
+"""Fixed Connect Four opponents for ``actors/envs/connect_four.py``, for a batch of agents at once.
+
+Both take what a policy sees (observation planes ``[n, 2, 6, 7]`` from the mover's point of view: plane 0 its
+own stones, plane 1 the opponent's, any nonzero value is a stone; action masks ``[n, 7]``, 1 = legal) and
+return one column per agent as ``int32[n]``, so either can stand in for a policy wherever one acts:
+
+* ``random_legal_moves(masks, rng)``: uniformly random among the legal columns;
+* ``one_ply_moves(obs, masks, rng)``: a winning column if there is one, else a column that blocks the
+  opponent's immediate win, else uniformly random legal (ties broken uniformly at random at every level).
+
+A row whose mask allows nothing is treated as unmasked (all 7 columns), as the learner treats masks.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from actors.envs.connect_four import COLS, ROWS, wins_through
+
+
+def _keys(masks: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Validated masks as bool [n, 7] (an all-zero row: all legal) and uniform random tie-break keys."""
+    masks = np.asarray(masks)
+    if masks.ndim != 2 or masks.shape[1] != COLS:
+        raise ValueError(f"Connect Four masks must have shape [n, {COLS}], got {masks.shape}")
+    legal = masks != 0
+    legal[~legal.any(axis=1)] = True
+    return legal, rng.random(masks.shape)
+
+
+def random_legal_moves(masks: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """One uniformly random legal column per row of ``masks`` ([n, 7], 1 = legal), as int32[n]."""
+    legal, keys = _keys(masks, rng)
+    return np.where(legal, keys, -1.0).argmax(axis=1).astype(np.int32)
+
+
+@njit(cache=True)
+def _one_ply_kernel(obs, legal, keys, out):
+    grid = np.zeros((ROWS, COLS), dtype=np.int8)
+    for i in range(obs.shape[0]):
+        for r in range(ROWS):
+            for c in range(COLS):
+                grid[r, c] = 1 if obs[i, 0, r, c] != 0 else (2 if obs[i, 1, r, c] != 0 else 0)
+        best = -1
+        best_rank = -1
+        best_key = -1.0
+        for c in range(COLS):
+            if not legal[i, c]:
+                continue
+            row = ROWS - 1
+            while row >= 0 and grid[row, c] != 0:
+                row -= 1
+            rank = 0
+            if row >= 0:  # (a full column can only be "legal" through an all-zero mask row)
+                if wins_through(grid, row, c, 1):
+                    rank = 2
+                elif wins_through(grid, row, c, 2):
+                    rank = 1
+            if rank > best_rank or (rank == best_rank and keys[i, c] > best_key):
+                best = c
+                best_rank = rank
+                best_key = keys[i, c]
+        out[i] = best
+
+
+def one_ply_moves(obs: np.ndarray, masks: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Win now if possible, else block the opponent's immediate win, else a uniformly random legal column.
+
+    ``obs``: [n, 2, 6, 7] planes from the mover's point of view (row 0 at the top); ``masks``: [n, 7].
+    """
+    obs = np.asarray(obs)
+    if obs.ndim != 4 or obs.shape[1:] != (2, ROWS, COLS):
+        raise ValueError(f"Connect Four observations must have shape [n, 2, {ROWS}, {COLS}], got {obs.shape}")
+    legal, keys = _keys(masks, rng)
+    if len(obs) != len(legal):
+        raise ValueError(f"one_ply_moves: {len(obs)} observations but {len(legal)} masks")
+    out = np.empty(len(obs), dtype=np.int32)
+    _one_ply_kernel(np.ascontiguousarray(obs), legal, keys, out)
+    return out
