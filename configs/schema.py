@@ -164,6 +164,28 @@ class NetworkSection:
 
 
 @dataclass(frozen=True, kw_only=True)
+class SelfPlaySection:
+    """Self-play against an opponent pool of the learner's past snapshots (seeds/002; names follow the seed)."""
+
+    enabled: bool = False
+    """Play every env against pool snapshots; only the learner's seats produce training rows."""
+    per_env_opponent_sampling: bool = True
+    """Each env draws its own opponent (true) or all envs of a host share one draw (false)."""
+    opponent_pool_size: int = 10
+    """K: the geometric draw is over the newest K snapshots."""
+    opponent_pool_beta: float = 0.7
+    """beta in (0, 1]: P(age k) proportional to beta**k, age 0 = newest; SMALLER beta = more weight on the newest."""
+    opponent_pool_exploration: float = 0.15
+    """eps in [0, 1]: chance of a uniform draw from all snapshots (once there are more than K)."""
+    snapshot_interval: int = 10
+    """Add the learner's current weights to the pool every this many updates (and once at the start)."""
+    alternation_steps: int = 50_000
+    """Env steps per env between redraws; an env switches to its new opponent at its next episode end."""
+    cache_size: int = 16
+    """Snapshots an actor host keeps loaded beyond those in use (least recently used dropped first)."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class RunConfig:
     """A whole run: every section."""
 
@@ -177,6 +199,8 @@ class RunConfig:
     """Policy network."""
     network: NetworkSection = field(default_factory=NetworkSection)
     """Sockets and liveness."""
+    selfplay: SelfPlaySection = field(default_factory=SelfPlaySection)
+    """Self-play against the opponent pool."""
 
 
 SECTIONS: dict[str, type] = {
@@ -185,6 +209,7 @@ SECTIONS: dict[str, type] = {
     "trainer": TrainerSection,
     "model": ModelSection,
     "network": NetworkSection,
+    "selfplay": SelfPlaySection,
 }
 
 CHOICES: dict[str, tuple[str, ...]] = {

@@ -44,37 +44,6 @@ INDEX_FORMAT = 1
 _HASH_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
-@dataclass(frozen=True, kw_only=True)
-class PoolSection:
-    """Self-play opponent pool (seeds/002); the lead moves this into configs/schema.py."""
-
-    per_env_opponent_sampling: bool = True
-    """Each env draws its own opponent (true) or all envs of a host share one draw (false)."""
-    opponent_pool_size: int = 10
-    """K: the geometric draw is over the newest K snapshots."""
-    opponent_pool_beta: float = 0.7
-    """beta in (0, 1]: P(age k) ∝ beta**k, age 0 = newest; SMALLER beta = more weight on the newest; 1 = uniform."""
-    opponent_pool_exploration: float = 0.15
-    """eps in [0, 1]: chance of a uniform draw from all snapshots (once there are more than K)."""
-    snapshot_interval: int = 10
-    """Add the current weights to the pool every this many updates."""
-    alternation_steps: int = 50_000
-    """Env steps (per env) between redraws; the new opponent takes over at that env's next episode boundary."""
-    cache_size: int = 16
-    """Snapshots an actor host keeps loaded (least recently used dropped first)."""
-
-
-# Bounds in configs/loader.py's _BOUNDS format: (low, low_inclusive, high, high_inclusive); None = unbounded.
-POOL_BOUNDS: dict[str, tuple[float | None, bool, float | None, bool]] = {
-    "pool.opponent_pool_size": (1, True, None, False),
-    "pool.opponent_pool_beta": (0.0, False, 1.0, True),
-    "pool.opponent_pool_exploration": (0.0, True, 1.0, True),
-    "pool.snapshot_interval": (1, True, None, False),
-    "pool.alternation_steps": (1, True, None, False),
-    "pool.cache_size": (1, True, None, False),
-}
-
-
 def opponent_probabilities(num_snapshots: int, *, pool_size: int, beta: float, exploration: float) -> np.ndarray:
     """The exact probability of drawing each snapshot index (0 = oldest) for one env; sums to 1."""
     n, k = _check_pool_args(num_snapshots, pool_size, beta, exploration)

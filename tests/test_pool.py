@@ -11,8 +11,10 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
+from configs.loader import ConfigError, load_config
+from configs.schema import SelfPlaySection
 from learner import pool
-from learner.pool import (PoolSection, SnapshotStore, SnapshotStoreError, opponent_probabilities,
+from learner.pool import (SnapshotStore, SnapshotStoreError, opponent_probabilities,
                           sample_opponents)
 
 CASES = [  # (num_snapshots, pool_size, beta, exploration)
@@ -168,15 +170,19 @@ def test_argument_errors(kwargs, message):
             opponent_probabilities(args.pop("num_snapshots"), **args)
 
 
-def test_pool_section_is_frozen_keyword_only_and_documented():
-    section = PoolSection()
+def test_selfplay_section_has_the_seed_defaults_and_bounds():
+    section = SelfPlaySection()
     assert (section.opponent_pool_size, section.opponent_pool_beta, section.opponent_pool_exploration) == (
         10, 0.7, 0.15)
     with pytest.raises(dataclasses.FrozenInstanceError):
         section.cache_size = 3  # type: ignore[misc]
     with pytest.raises(TypeError):
-        PoolSection(True)  # type: ignore[misc]
+        SelfPlaySection(True)  # type: ignore[misc]
     assert "SMALLER beta" in (pool.__doc__ or "")
+    with pytest.raises(ConfigError, match=r"selfplay.opponent_pool_beta"):
+        load_config(None, ["selfplay.opponent_pool_beta=0"])
+    with pytest.raises(ConfigError, match=r"did you mean 'opponent_pool_size'"):
+        load_config(None, ["selfplay.opponent_pool_sise=3"])
 
 
 # ---- the snapshot store ----
