@@ -1,0 +1,215 @@
+"""The arena (learner/arena.py: batched matches, seats alternating) and the Elo tool (python -m learner.elo)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from actors.envs.registry import env_spec
+from configs.loader import load_config
+from configs.schema import RunConfig
+from learner import elo
+from learner.arena import MatchOutcome, OnePlyPlayer, PolicyPlayer, RandomPlayer, play_match
+from learner.pool import SnapshotStore
+from learner.run_dir import new_run_dir
+from policies.mlp import make_policy, state_arrays
+
+C4_SETTINGS = ["env.name=connect_four", "env.num_agents=2", "env.max_steps=0", "model.hidden_size=16",
+               "model.num_layers=1"]
+
+
+def c4_config(*extra: str) -> RunConfig:
+    return load_config(None, [*C4_SETTINGS, *extra])
+
+
+class ColumnPlayer:
+    """Always the given column while it is legal (else the first legal one); counts its empty-board moves."""
+
+    def __init__(self, name: str, column: int) -> None:
+        self.name, self.column, self.first_moves, self.rows = name, column, 0, 0
+
+    def act(self, obs: np.ndarray, masks: np.ndarray) -> np.ndarray:
+        self.first_moves += int((obs.reshape(len(obs), -1) == 0).all(axis=1).sum())
+        self.rows += len(obs)
+        fallback = (masks != 0).argmax(axis=1)
+        return np.where(masks[:, self.column] != 0, self.column, fallback).astype(np.int32)
+
+
+# --- the arena ---------------------------------------------------------------------------------------------
+
+
+def test_one_ply_beats_random():
+    outcome = play_match(OnePlyPlayer(), RandomPlayer(), episodes=200, env_config=c4_config().env, seed=1)
+    assert outcome.games == 200 and outcome.a_first == 100
+    assert outcome.wins_a > 170, outcome
+    reverse = play_match(RandomPlayer(), OnePlyPlayer(), episodes=200, env_config=c4_config().env, seed=1)
+    assert reverse.wins_b > 170, reverse
+
+
+def test_random_vs_random_is_even_with_seats_alternating():
+    outcome = play_match(RandomPlayer("r1"), RandomPlayer("r2"), episodes=1000, env_config=c4_config().env, seed=3)
+    assert outcome.games == 1000 and outcome.a_first == 500
+    assert abs(outcome.wins_a - outcome.wins_b) < 130, outcome  # ~4 standard deviations
+
+
+def test_a_player_against_itself_is_symmetric():
+    player = OnePlyPlayer()
+    outcome = play_match(player, player, episodes=600, env_config=c4_config().env, seed=5)
+    assert outcome.games == 600 and outcome.a_first == 300
+    assert abs(outcome.wins_a - outcome.wins_b) < 110, outcome
+    assert abs(outcome.score_a - 0.5) < 0.1
+
+
+@pytest.mark.parametrize("episodes, num_envs", [(7, None), (7, 3), (300, None), (40, 8)])
+def test_seats_alternate(episodes, num_envs):
+    """Whoever moves first stacks four in its column first and wins; so a wins exactly the games it opens."""
+    a, b = ColumnPlayer("a", 0), ColumnPlayer("b", 1)
+    outcome = play_match(a, b, episodes=episodes, env_config=c4_config().env, seed=0, num_envs=num_envs)
+    first = (episodes + 1) // 2
+    assert outcome == MatchOutcome(wins_a=first, draws=0, wins_b=episodes - first, a_first=first)
+    assert (a.first_moves, b.first_moves) == (first, episodes - first)
+    assert a.rows == 4 * first + 3 * (episodes - first)  # a player is only asked for its own counted moves
+
+
+def test_draws_by_time_limit_and_argument_errors():
+    env = c4_config("env.max_steps=4").env  # no game can end within 4 moves: all truncated, counted as draws
+    assert play_match(RandomPlayer(), OnePlyPlayer(), episodes=10, env_config=env, seed=0).draws == 10
+    with pytest.raises(ValueError, match="episodes must be an integer >= 1"):
+        play_match(RandomPlayer(), RandomPlayer(), episodes=0, env_config=env)
+    with pytest.raises(ValueError, match="num_envs must be in"):
+        play_match(RandomPlayer(), RandomPlayer(), episodes=5, env_config=env, num_envs=6)
+
+
+def test_policy_player_samples_or_takes_argmax():
+    config = c4_config()
+    spec = env_spec(config.env)
+    torch.manual_seed(0)
+    arrays = state_arrays(make_policy(spec, config.model))
+    obs = np.zeros((64, 2, 6, 7), dtype=np.uint8)
+    masks = np.ones((64, 7), dtype=np.uint8)
+    masks[:, 3] = 0
+    sampled = PolicyPlayer("p", spec, config.model, arrays, seed=1).act(obs, masks)
+    greedy = PolicyPlayer("g", spec, config.model, arrays, greedy=True).act(obs, masks)
+    assert sampled.dtype == greedy.dtype == np.int32
+    assert not (sampled == 3).any() and not (greedy == 3).any()
+    assert len(set(greedy.tolist())) == 1 and len(set(sampled.tolist())) > 1  # same obs: argmax is constant
+    lstm = load_config(None, [*C4_SETTINGS, "model.core=lstm"]).model
+    with pytest.raises(ValueError, match="feed-forward policies only"):
+        PolicyPlayer("l", spec, lstm, state_arrays(make_policy(spec, lstm)))
+
+
+# --- the Elo tool ------------------------------------------------------------------------------------------
+
+
+def make_run(run_dir: Path, snapshots: int, *overrides: str) -> Path:
+    """A fake run: resolved config.yaml and a pool of random-init policies of a small MLP."""
+    config = load_config(None, [*C4_SETTINGS, *overrides])
+    new_run_dir(config, run_dir)
+    if snapshots:
+        store = SnapshotStore(run_dir / "pool")
+        spec = env_spec(config.env)
+        for k in range(snapshots):
+            torch.manual_seed(k)
+            store.add(state_arrays(make_policy(spec, config.model)), update=10 * k, policy_version=10 * k + 1)
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def fake_run(tmp_path_factory) -> Path:
+    return make_run(tmp_path_factory.mktemp("elo") / "run", 3)
+
+
+def test_cli_end_to_end(fake_run, tmp_path, capsys):
+    out = tmp_path / "out"
+    code = elo.main(["--run-dir", str(fake_run), "--episodes", "60", "--window-size", "1", "--output-heatmap",
+                     "--output-dir", str(out)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert {p.name for p in out.iterdir()} == {"elo.json", "elo.csv", "elo_over_snapshots.png",
+                                                "win_rate_heatmap.png"}
+    for png in ("elo_over_snapshots.png", "win_rate_heatmap.png"):
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    doc = json.loads((out / "elo.json").read_text())
+    ratings = doc["ratings"]
+    assert ratings["random"] == 1000.0 and doc["anchor"] == {"player": "random", "rating": 1000.0}
+    assert ratings["one_ply"] > ratings["random"] + 200
+    assert [(s["name"], s["index"], s["update"], s["policy_version"]) for s in doc["snapshots"]] == [
+        ("s0-u0", 0, 0, 1), ("s1-u10", 1, 10, 11), ("s2-u20", 2, 20, 21)]
+    # sequential, window 1: 2 neighbour pairings + 3 x 2 baseline pairings + random vs one_ply
+    assert len(doc["pairings"]) == 9
+    assert all(p["wins_a"] + p["draws"] + p["wins_b"] == 60 and p["a_first"] == 30 for p in doc["pairings"])
+    assert doc["settings"]["tournament_mode"] == "sequential" and doc["settings"]["episodes"] == 60
+    csv_lines = (out / "elo.csv").read_text().splitlines()
+    assert csv_lines[0].startswith("rank,player,elo") and csv_lines[1].split(",")[1] == "one_ply"
+    assert "kept 3 (pool indices 0, 1, 2)" in captured.out and "one_ply" in captured.out
+    assert "pairing 9/9" in captured.err
+
+
+def test_cli_round_robin_thinning_and_default_output_dir(tmp_path, capsys):
+    run_dir = make_run(tmp_path / "run", 5)
+    assert elo.main(["--run-dir", str(run_dir), "--tournament-mode", "round-robin", "--episodes", "10",
+                     "--max-snapshots", "3", "--greedy"]) == 0
+    doc = json.loads((run_dir / "elo" / "elo.json").read_text())
+    assert [s["index"] for s in doc["snapshots"]] == [0, 2, 4]
+    assert len(doc["pairings"]) == 10  # 5 players, all pairs
+    assert not (run_dir / "elo" / "win_rate_heatmap.png").exists()
+    assert "kept 3 (pool indices 0, 2, 4)" in capsys.readouterr().out
+
+
+def test_pairings_and_thinning():
+    names = ["s0", "s1", "s2", "s3"]
+    seq = elo.pairings(names, "sequential", 2)
+    assert seq[:5] == [("s1", "s0"), ("s2", "s1"), ("s2", "s0"), ("s3", "s2"), ("s3", "s1")]
+    assert len(seq) == 5 + 8 + 1 and seq[-1] == ("random", "one_ply")
+    assert len(elo.pairings(names, "round-robin", 2)) == 15
+    assert elo.thin_indices(4, 30) == [0, 1, 2, 3]
+    assert elo.thin_indices(100, 5) == [0, 25, 50, 74, 99]
+    assert elo.thin_indices(9, 1) == [8]
+    assert elo.pairing_seed(0, "a", "b") == elo.pairing_seed(0, "a", "b") != elo.pairing_seed(0, "b", "a")
+
+
+def _empty_pool(run: Path) -> None:
+    (run / "pool").mkdir()
+    (run / "pool" / "index.json").write_text(json.dumps({"format": 1, "snapshots": []}))
+
+
+@pytest.mark.parametrize("setup, extra, message", [
+    ("missing", [], "run directory .* does not exist"),
+    ("no_config", [], r"config.yaml does not exist \(is .* a run directory\?\)"),
+    ("no_pool", [], "no snapshot pool in .*index.json does not exist"),
+    ("empty_pool", [], "the snapshot pool .* is empty"),
+    ("cartpole", [], "env.name 'cartpole' .* not a two-player turn-based env .*; allowed: 'connect_four'"),
+    ("ok", ["--window-size", "0"], "--window-size must be >= 1, got 0"),
+    ("ok", ["--episodes", "-3"], "--episodes must be >= 1, got -3"),
+    ("ok", ["--max-snapshots", "0"], "--max-snapshots must be >= 1, got 0"),
+])
+def test_cli_errors(setup, extra, message, fake_run, tmp_path, capsys):
+    run = tmp_path / "run"
+    if setup == "ok":
+        run = fake_run
+    elif setup == "no_config":
+        run.mkdir()
+    elif setup in ("no_pool", "empty_pool"):
+        make_run(run, 0)
+        if setup == "empty_pool":
+            _empty_pool(run)
+    elif setup == "cartpole":
+        new_run_dir(load_config(None, []), run)
+        _empty_pool(run)
+    assert elo.main(["--run-dir", str(run), *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("python -m learner.elo: error: ")
+    assert len(err.strip().splitlines()) == 1
+    assert re.search(message, err), err
+
+
+def test_cli_bad_mode_is_an_argparse_error(capsys):
+    with pytest.raises(SystemExit) as exc:
+        elo.main(["--run-dir", "x", "--tournament-mode", "swiss"])
+    assert exc.value.code == 2
+    assert "python -m learner.elo: error: argument --tournament-mode" in capsys.readouterr().err
