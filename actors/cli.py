@@ -20,6 +20,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="env worker processes on this host (default: the run's trainer.num_workers)")
     parser.add_argument("--learner", default=DEFAULT_LEARNER,
                         help=f"learner control address (default {DEFAULT_LEARNER})")
+    parser.add_argument("--pool", default=None,
+                        help="opponent-pool server address for self-play (default: the learner's, which serves "
+                             "the pool itself; use this for `python -m learner.pool_server`)")
     parser.add_argument("--null-policy", action="store_true",
                         help="benchmark mode: uniformly random (legal) actions instead of the learner's policy, "
                              "no network; rows still stream to the learner (ops/bench/pipeline.py uses it)")
@@ -37,11 +40,18 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(str(err))
     if endpoint.scheme == "tcp" and endpoint.host == "*":
         return _fail("--learner needs the learner's host name or address, not '*'")
+    pool = None
+    if args.pool is not None:
+        try:
+            pool = parse_endpoint(args.pool, "--pool")
+        except ValueError as err:
+            return _fail(str(err))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     from actors.host import ActorHost  # heavy imports (torch, numba) only when running
+    from actors.pool_client import PoolError
     from actors.worker import EnvFailure
 
-    host = ActorHost(endpoint, num_workers=args.n, null_policy=args.null_policy)
+    host = ActorHost(endpoint, num_workers=args.n, null_policy=args.null_policy, pool=pool)
 
     def handler(signum: int, _frame: object) -> None:
         host.request_stop(f"{signal.Signals(signum).name} received")
@@ -52,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         return host.run()
     except ValueError as err:
         return _fail(str(err))
-    except EnvFailure as err:
+    except (EnvFailure, PoolError) as err:
         return _fail(str(err), code=1)
 
 

@@ -24,6 +24,8 @@ from actors.assembler import RowAssembler
 from actors.envs.registry import env_spec
 from actors.inference import Inference, NullInference
 from actors.learner_link import LearnerLink, Registration
+from actors.opponents import OpponentCache, Opponents
+from actors.pool_client import PoolClient, PoolError
 from actors.recurrent_state import AgentStates
 from actors.stepper import GroupStepper, Pending
 from actors.shm import ShmSegment, remove_stale_segments, segment_name
@@ -55,8 +57,12 @@ class WorkerSlot:
 class ActorHost:
     """One host's actors for one learner."""
 
-    def __init__(self, learner: Endpoint, *, num_workers: int | None, null_policy: bool = False) -> None:
+    def __init__(self, learner: Endpoint, *, num_workers: int | None, null_policy: bool = False,
+                 pool: Endpoint | None = None) -> None:
         self.learner = learner
+        self.pool = pool
+        self.pool_client: PoolClient | None = None
+        self.opponents: Opponents | None = None
         self.requested_workers = num_workers
         self.null_policy = null_policy
         self.stopping = False
@@ -85,6 +91,8 @@ class ActorHost:
             return 0
         finally:
             self._stop_workers(workers)
+            if self.pool_client is not None:
+                self.pool_client.close()
             link.close()
             print(f"actors: stopped ({self.stop_reason or 'done'})", flush=True)
 
@@ -112,9 +120,11 @@ class ActorHost:
                                       action_shape=self.spec.action.shape, action_dtype=self.spec.action.dtype,
                                       mask_size=self.spec.mask_size)
         self.states = AgentStates(total_agents, self.inference.state_size)
+        if config.selfplay.enabled:
+            self._start_selfplay(config, n * self.plan.envs_per_worker, link.name, seed)
         self.stepper = GroupStepper(spec=self.spec, inference=self.inference, assembler=self.assembler,
                                     states=self.states, envs_per_group=self.envs_per_group,
-                                    groups_per_worker=self.groups)
+                                    groups_per_worker=self.groups, opponents=self.opponents)
         self.inference.load(registration.version, registration.weights)
         link.open_streams(registration, hwm=config.network.send_queue_messages,
                           buffer_bytes=config.network.socket_buffer_bytes)
@@ -135,6 +145,34 @@ class ActorHost:
         print(f"actors: {n} workers x {self.plan.envs_per_worker} envs ({self.groups} groups) of "
               f"{config.env.name}{policy}, learner {self.learner.url}", flush=True)
         return workers
+
+    def _start_selfplay(self, config: RunConfig, num_envs: int, name: str, seed: int) -> None:
+        """Seats, the snapshot cache and the first opponent assignment (blocking: nothing plays without one)."""
+        endpoint = self.pool or self.learner
+        self.pool_client = PoolClient(endpoint, limits=Limits(max_message_bytes=config.network.max_message_bytes),
+                                      timeout_s=config.network.peer_timeout_s, sender=name)
+        cache = OpponentCache(self.spec, config.model, capacity=config.selfplay.cache_size,
+                              fetch=self.pool_client.snapshot, seed=seed)
+        self.opponents = Opponents(num_envs=num_envs, num_agents=self.spec.num_agents, cache=cache)
+        self.alternation_steps = config.selfplay.alternation_steps * num_envs
+        self.alternation_started = 0
+        self._next_alternation(num_envs)
+
+    def _next_alternation(self, num_envs: int) -> None:
+        assignment = self.pool_client.opponents(num_envs)
+        self.opponents.assign(assignment)
+        LOG.info("alternation %d: %d envs play %d unique opponents (%d snapshots downloaded so far)",
+                 assignment.alternation, num_envs, len(set(assignment.digests)), self.opponents.cache.downloads)
+
+    def _maybe_alternate(self) -> None:
+        """Every alternation_steps env steps per env: draw the envs' next opponents."""
+        if self.opponents is None or self.stepper.env_steps - self.alternation_started < self.alternation_steps:
+            return
+        self.alternation_started = self.stepper.env_steps
+        try:
+            self._next_alternation(len(self.opponents.env_digests))
+        except PoolError as err:  # keep playing the current opponents; try again next alternation
+            LOG.warning("no new opponents this alternation: %s", err)
 
     def _spawn(self, slot: WorkerSlot) -> None:
         parent, child = self.context.Pipe(duplex=True)
@@ -194,6 +232,7 @@ class ActorHost:
                 if not self.assembler.can_accept(take * self.slots_per_group):
                     break
                 self._act(workers, [ready.popleft() for _ in range(take)], pending)
+            self._maybe_alternate()
             last_flush = self._ship(link, net.rows_per_message, pending, last_flush, workers)
 
     def _collect(self, workers, by_fd, fd, ready, poller, pending: Pending) -> None:

@@ -17,6 +17,7 @@ import numpy as np
 from actors.assembler import RowAssembler
 from actors.envs.base import EnvSpec
 from actors.inference import Inference, NullInference
+from actors.opponents import Opponents
 from actors.recurrent_state import AgentStates
 
 
@@ -68,8 +69,11 @@ class GroupStepper:
     """Inference and recording for groups of ``envs_per_group`` envs; agent id = global slot index."""
 
     def __init__(self, *, spec: EnvSpec, inference: Inference | NullInference, assembler: RowAssembler, states: AgentStates,
-                 envs_per_group: int, groups_per_worker: int) -> None:
+                 envs_per_group: int, groups_per_worker: int, opponents: Opponents | None = None) -> None:
         self.spec = spec
+        self.opponents = opponents
+        self.env_steps = 0
+        """Env steps taken since the start (all groups)."""
         self.inference = inference
         self.assembler = assembler
         self.states = states
@@ -83,16 +87,21 @@ class GroupStepper:
         spg = self.slots_per_group
         parts = [(views, slice(g * spg, (g + 1) * spg), w * self.slots_per_worker + g * spg)
                  for views, w, g in ready]
-        self._episode_stats(parts, pending)
+        all_ids = np.concatenate([np.arange(start, start + spg, dtype=np.int64) for _, _, start in parts])
+        learner = None if self.opponents is None else self.opponents.learner_slots[all_ids]
+        self._episode_stats(parts, pending, learner)
         active = np.concatenate([v["active"][s] for v, s, _ in parts])
+        theirs = None
+        if learner is not None:  # opponent seats act through their snapshots and are never recorded
+            theirs = np.flatnonzero(active & ~learner)
+            active = active & learner
         chosen = None if active.all() else np.flatnonzero(active)
 
-        def gather(name: str) -> np.ndarray:
+        def gather(name: str, where: np.ndarray | None = chosen) -> np.ndarray:
             joined = np.concatenate([v[name][s] for v, s, _ in parts])
-            return joined if chosen is None else joined[chosen]
+            return joined if where is None else joined[where]
 
-        agent_ids = np.concatenate([np.arange(start, start + spg, dtype=np.int64) for _, _, start in parts])
-        agent_ids = agent_ids if chosen is None else agent_ids[chosen]
+        agent_ids = all_ids if chosen is None else all_ids[chosen]
         obs, rewards = gather("obs"), gather("rewards")
         terminated, truncated = gather("terminated"), gather("truncated")
         masks = gather("action_mask") if self.spec.mask_size else None
@@ -112,9 +121,13 @@ class GroupStepper:
         if chosen is not None:  # inactive slots get a zero action, which their env ignores
             actions = np.zeros((len(active), *self.spec.action.shape), dtype=self.spec.action.dtype)
             actions[chosen] = decisions.actions
+        if theirs is not None and len(theirs):
+            their_masks = gather("action_mask", theirs) if self.spec.mask_size else None
+            actions[theirs] = self.opponents.act(all_ids[theirs], gather("obs", theirs), their_masks)
         for i, (v, s, _) in enumerate(parts):
             v["actions"][s] = actions[i * spg:(i + 1) * spg]
         pending.env_steps += len(parts) * self.envs_per_group
+        self.env_steps += len(parts) * self.envs_per_group
         pending.agent_steps += len(agent_ids)
         if len(agent_ids):
             dones = (terminated | truncated).astype(np.uint8)
@@ -130,10 +143,16 @@ class GroupStepper:
         self.assembler.discard_agents(agents)
         self.states.reset(agents)  # the new worker's envs start fresh episodes
 
-    def _episode_stats(self, parts: list, pending: Pending) -> None:
-        """Collect the episodes that ended in these groups, whether or not their slots act now."""
-        for v, s, _ in parts:
+    def _episode_stats(self, parts: list, pending: Pending, learner: np.ndarray | None) -> None:
+        """Collect the episodes that ended in these groups, whether or not their slots act now (in self-play:
+        the learner's seats only; an env whose episode ended switches to its next opponent, if one waits)."""
+        spg = self.slots_per_group
+        for i, (v, s, start) in enumerate(parts):
             done = v["episode_done"][s]
+            if learner is not None:
+                if done.any():
+                    self.opponents.episodes_ended(np.flatnonzero(done) + start)
+                done = done & learner[i * spg:(i + 1) * spg]
             if done.any():
                 pending.returns.extend(v["episode_return"][s][done].tolist())
                 pending.lengths.extend(v["episode_length"][s][done].tolist())

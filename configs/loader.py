@@ -115,7 +115,21 @@ def config_from_dict(data: Mapping[str, Any], *, source: str = "config") -> RunC
         if not isinstance(values, Mapping):
             raise ConfigError(f"{source}: section '{section_name}' must be a mapping of keys, got {values!r}")
         sections[section_name] = _build_section(section_name, cls, values, source)
-    return RunConfig(**sections)
+    config = RunConfig(**sections)
+    _check_selfplay(config, source)
+    return config
+
+
+def _check_selfplay(config: RunConfig, source: str) -> None:
+    """Self-play needs an env with opponents to seat and a feed-forward policy (opponents keep no state)."""
+    if not config.selfplay.enabled:
+        return
+    if config.env.num_agents < 2:
+        raise ConfigError(f"{source}: selfplay.enabled needs env.num_agents >= 2 (one learner seat and at least one "
+                          f"opponent seat per env), got {config.env.num_agents}")
+    if config.model.core != "mlp":
+        raise ConfigError(f"{source}: selfplay.enabled needs model.core: mlp (opponent snapshots keep no recurrent "
+                          f"state yet), got {config.model.core!r}")
 
 
 def config_to_dict(config: RunConfig) -> dict[str, Any]:

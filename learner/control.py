@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import zmq
 
+from learner.pool_server import POOL_REQUESTS, PoolService
 from protocol import Limits, Message, MessageType, ProtocolError, decode, encode
 
 LOG = logging.getLogger("sluice.learner.control")
@@ -38,8 +39,10 @@ class ControlServer(threading.Thread):
     """ROUTER bound at ``endpoint``; the only thread that touches it."""
 
     def __init__(self, *, context: zmq.Context, endpoint: str, registration: dict[str, Any],
-                 peer_timeout_s: float, limits: Limits, stop: threading.Event) -> None:
+                 peer_timeout_s: float, limits: Limits, stop: threading.Event,
+                 pool: PoolService | None = None) -> None:
         super().__init__(name="control", daemon=True)
+        self.pool = pool
         self.registration = registration
         self.peer_timeout_s = peer_timeout_s
         self.limits = limits
@@ -107,6 +110,11 @@ class ControlServer(threading.Thread):
             return None
         if shutdown is not None:
             return Message(type=MessageType.SHUTDOWN, sender="learner", fields={"reason": shutdown})
+        if message.type in POOL_REQUESTS:  # read-only: a host's pool client need not be registered
+            if self.pool is None:
+                raise ProtocolError("unexpected_type", f"{message.type.value}: self-play is off on this learner "
+                                                       "(selfplay.enabled: false)")
+            return self.pool.handle(message)
         if message.type is MessageType.REGISTER:
             host = ActorHost(name=f"{message.fields['host']}", num_workers=message.fields["num_workers"],
                              last_seen=now)

@@ -28,6 +28,8 @@ from configs.schema import RunConfig, TrainerSection
 from learner.checkpoint import TrainerState, list_checkpoints, load_checkpoint, save_checkpoint
 from learner.control import ControlServer
 from learner.ingest import BatchBuffers, Ingest, host_timing
+from learner.pool import SnapshotStore
+from learner.pool_server import PoolService
 from learner.metrics_log import MetricsLog
 from learner.losses import minibatch_losses
 from learner.ppo import RowBatch, ppo_update
@@ -149,8 +151,9 @@ class Learner:
             "weights_endpoint": weights_ep.url,
             "run_id": uuid.uuid4().hex,
         }
+        self.pool = self._open_pool()
         control = ControlServer(context=context, endpoint=control_ep.url, registration=registration,
-                                peer_timeout_s=net.peer_timeout_s, limits=limits, stop=threads_stop)
+                                peer_timeout_s=net.peer_timeout_s, limits=limits, stop=threads_stop, pool=self.pool)
         ingest = Ingest(context=context, endpoint=data_ep.url, segments=self.plan.segments, env=self.spec,
                         horizon=self.config.trainer.bptt_horizon + 1, state_size=self.policy.state_size,
                         max_policy_lag=self.config.trainer.max_policy_lag,
@@ -176,6 +179,29 @@ class Learner:
             context.term()
             self.metrics.close()
         return exit_code
+
+    def _open_pool(self) -> PoolService | None:
+        """With self-play: the run's snapshot store (kept across --resume), seeded with the current weights."""
+        section = self.config.selfplay
+        if not section.enabled:
+            return None
+        service = PoolService(SnapshotStore(self.run_dir / "pool"), section, seed=self.config.run.seed)
+        if len(service.store) == 0:
+            service.add_snapshot(state_arrays(self.policy), update=self.state.update,
+                                 policy_version=self.state.policy_version)
+        LOG.info("opponent pool: %d snapshots in %s", len(service.store), self.run_dir / "pool")
+        return service
+
+    def _selfplay_metrics(self, update: int, weights: dict[str, np.ndarray], returns: list[float]) -> dict:
+        """Snapshot every snapshot_interval updates; the pool's figures and win/draw/loss against it."""
+        if self.pool is None:
+            return {}
+        if update % self.config.selfplay.snapshot_interval == 0:
+            self.pool.add_snapshot(weights, update=update, policy_version=self.state.policy_version)
+        outcome = np.sign(np.asarray(returns, dtype=np.float64))
+        rates = {name: float((outcome == sign).mean()) if len(outcome) else None
+                 for name, sign in (("win_rate", 1), ("draw_rate", 0), ("loss_rate", -1))}
+        return {**self.pool.take_stats(), **rates}
 
     def _train(self, control: ControlServer, ingest: Ingest, publisher: WeightsPublisher) -> int:
         trainer, plan = self.config.trainer, self.plan
@@ -251,6 +277,7 @@ class Learner:
                 "env_restarts": env_restarts,
                 "actor_hosts": control.host_count(),
                 **timing,
+                **self._selfplay_metrics(self.state.update, weights, returns),
                 "update_s": update_s,
             }
             last_steps, last_time = self.state.agent_steps, now

@@ -67,6 +67,10 @@ class MessageType(str, Enum):
     ERROR = "error"
     SHUTDOWN = "shutdown"
     BYE = "bye"
+    GET_OPPONENTS = "get_opponents"
+    OPPONENTS = "opponents"
+    GET_SNAPSHOT = "get_snapshot"
+    SNAPSHOT = "snapshot"
 
 
 #: Fields each message type MUST carry, with their Python type. ``bool`` is
@@ -93,6 +97,10 @@ REQUIRED_FIELDS: dict[MessageType, dict[str, type]] = {
     MessageType.ERROR: {"reason": str, "message": str},
     MessageType.SHUTDOWN: {"reason": str},
     MessageType.BYE: {},
+    MessageType.GET_OPPONENTS: {"num_envs": int},
+    MessageType.OPPONENTS: {"alternation": int, "digests": list, "indices": list, "num_snapshots": int},
+    MessageType.GET_SNAPSHOT: {"digest": str},
+    MessageType.SNAPSHOT: {"digest": str},
 }
 
 #: Fields a message type MAY carry; when present they must have this type.

@@ -43,6 +43,10 @@ FIELDS: dict[MessageType, dict[str, Any]] = {
     MessageType.ERROR: {"reason": "bad_header", "message": "oops"},
     MessageType.SHUTDOWN: {"reason": "done"},
     MessageType.BYE: {},
+    MessageType.GET_OPPONENTS: {"num_envs": 16},
+    MessageType.OPPONENTS: {"alternation": 3, "digests": ["ab" * 32, "cd" * 32], "indices": [4, 9], "num_snapshots": 10},
+    MessageType.GET_SNAPSHOT: {"digest": "ab" * 32},
+    MessageType.SNAPSHOT: {"digest": "ab" * 32},
 }
 
 

@@ -1,0 +1,157 @@
+"""The opponent-pool server: answers actor hosts' GET_OPPONENTS and GET_SNAPSHOT requests from a SnapshotStore.
+
+It runs inside the learner's control thread by default (``ControlServer(pool=PoolService(...))``), and
+standalone on its own ROUTER socket for a pool served apart from the learner:
+
+    python -m learner.pool_server --run-dir runs/X --bind tcp://127.0.0.1:5560
+
+(then ``python -m actors --pool tcp://HOST:5560``). GET_OPPONENTS {num_envs} draws one snapshot per env
+with ``sample_opponents`` (all envs share one draw when ``per_env_opponent_sampling`` is false) and answers
+OPPONENTS {alternation, digests, indices, num_snapshots}. GET_SNAPSHOT {digest} answers SNAPSHOT with the
+snapshot's verified safetensors bytes as the uint8 array ``file``, so the host can check them against the
+digest before parsing them. Nothing is unpickled anywhere.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import zmq
+
+from configs.schema import SelfPlaySection
+from learner.pool import SnapshotStore, SnapshotStoreError, sample_opponents
+from protocol import Limits, Message, MessageType, ProtocolError, decode, encode
+
+POOL_REQUESTS = (MessageType.GET_OPPONENTS, MessageType.GET_SNAPSHOT)
+MAX_ENVS_PER_REQUEST = 1 << 20
+
+
+class PoolService:
+    """Thread-safe: the learner adds snapshots while the control thread answers requests."""
+
+    def __init__(self, store: SnapshotStore, section: SelfPlaySection, *, seed: int,
+                 reload_index: bool = False) -> None:
+        self.store = store
+        self.section = section
+        self.reload_index = reload_index
+        self.rng = np.random.default_rng(seed)
+        self.lock = threading.Lock()
+        self.alternations = 0
+        self._unique: list[int] = []
+
+    def add_snapshot(self, arrays: dict[str, np.ndarray], *, update: int, policy_version: int) -> None:
+        """The learner's current weights become the newest snapshot."""
+        with self.lock:
+            self.store.add(arrays, update=update, policy_version=policy_version)
+
+    def take_stats(self) -> dict[str, float | int | None]:
+        """Pool size, and the mean number of unique opponents per alternation since the last call."""
+        with self.lock:
+            unique, self._unique = self._unique, []
+            return {"pool_snapshots": len(self.store), "alternations": self.alternations,
+                    "opponents_unique_mean": float(np.mean(unique)) if unique else None}
+
+    def handle(self, message: Message) -> Message:
+        """The reply to one pool request (ProtocolError for a bad one: the caller answers ERROR)."""
+        if message.type is MessageType.GET_OPPONENTS:
+            return self._opponents(message.fields["num_envs"])
+        if message.type is MessageType.GET_SNAPSHOT:
+            return self._snapshot(message.fields["digest"])
+        raise ProtocolError("unexpected_type", f"the pool server does not accept {message.type.value}")
+
+    def _opponents(self, num_envs: int) -> Message:
+        if not 1 <= num_envs <= MAX_ENVS_PER_REQUEST:
+            raise ProtocolError("bad_field", f"num_envs must be in [1, {MAX_ENVS_PER_REQUEST}], got {num_envs}")
+        section = self.section
+        with self.lock:
+            if self.reload_index:
+                self.store = SnapshotStore(self.store.root)
+            count = len(self.store)
+            if count == 0:
+                raise ProtocolError("not_ready", "the opponent pool has no snapshot yet")
+            draws = num_envs if section.per_env_opponent_sampling else 1
+            indices = sample_opponents(count, draws, pool_size=section.opponent_pool_size,
+                                       beta=section.opponent_pool_beta,
+                                       exploration=section.opponent_pool_exploration, rng=self.rng)
+            indices = np.resize(indices, num_envs)
+            digests = [self.store.snapshot(int(i)).hash for i in indices]
+            self.alternations += 1
+            self._unique.append(len(set(digests)))
+            alternation = self.alternations
+        return Message(type=MessageType.OPPONENTS, sender="pool",
+                       fields={"alternation": alternation, "digests": digests,
+                               "indices": [int(i) for i in indices], "num_snapshots": count})
+
+    def _snapshot(self, digest: str) -> Message:
+        try:
+            with self.lock:
+                data = self.store.read_bytes(digest)
+        except ValueError as err:
+            raise ProtocolError("bad_field", str(err)) from err
+        except SnapshotStoreError as err:
+            raise ProtocolError("not_found", str(err)) from err
+        return Message(type=MessageType.SNAPSHOT, sender="pool", fields={"digest": digest},
+                       arrays={"file": np.frombuffer(data, dtype=np.uint8)})
+
+
+def serve(service: PoolService, endpoint: str, stop: threading.Event, limits: Limits | None = None) -> None:
+    """Standalone: answer pool requests on a ROUTER bound at ``endpoint`` until ``stop`` is set."""
+    limits = limits or Limits()
+    context = zmq.Context.instance()
+    socket = context.socket(zmq.ROUTER)
+    socket.setsockopt(zmq.LINGER, 0)
+    socket.setsockopt(zmq.MAXMSGSIZE, limits.max_message_bytes)
+    socket.bind(endpoint)
+    try:
+        while not stop.is_set():
+            if not socket.poll(100):
+                continue
+            identity, *payload = socket.recv_multipart(copy=False)
+            try:
+                message = decode(payload, limits)
+                if message.type not in POOL_REQUESTS:
+                    raise ProtocolError("unexpected_type", f"the pool server does not accept {message.type.value}")
+                reply = service.handle(message)
+            except ProtocolError as err:
+                reply = Message(type=MessageType.ERROR, sender="pool", fields={"reason": err.reason,
+                                                                             "message": str(err)})
+            socket.send_multipart([identity, *encode(reply)], copy=False)
+    finally:
+        socket.close(linger=0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m learner.pool_server``: serve a run's pool on its own socket."""
+    parser = argparse.ArgumentParser(prog="python -m learner.pool_server",
+                                     description="Serve a run's opponent pool to actor hosts (seeds/002).")
+    parser.add_argument("--run-dir", required=True, help="the run whose pool/ to serve")
+    parser.add_argument("--bind", default="tcp://127.0.0.1:5560", help="ROUTER address (default %(default)s)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the opponent draws")
+    args = parser.parse_args(argv)
+    from configs.loader import ConfigError, load_config
+    run_dir = Path(args.run_dir)
+    try:
+        config = load_config(run_dir / "config.yaml")
+    except (ConfigError, OSError) as err:
+        print(f"python -m learner.pool_server: error: {run_dir} is not a run directory: {err}", file=sys.stderr)
+        return 2
+    if not (run_dir / "pool").is_dir():
+        print(f"python -m learner.pool_server: error: {run_dir} has no pool/ (was selfplay.enabled true?)",
+              file=sys.stderr)
+        return 2
+    service = PoolService(SnapshotStore(run_dir / "pool"), config.selfplay, seed=args.seed, reload_index=True)
+    stop = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    print(f"pool server: {len(service.store)} snapshots of {run_dir}, serving on {args.bind}", flush=True)
+    serve(service, args.bind, stop)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
