@@ -1,0 +1,166 @@
+"""Self-play plumbing: the pool server's answers, the actor host's snapshot cache (each unique snapshot
+downloaded once), seats, one forward pass per unique opponent, only the learner's seats recorded, and
+opponents switching at episode ends."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pytest
+import torch
+
+from actors.assembler import RowAssembler
+from actors.envs.base import StepBuffers
+from actors.envs.connect_four import ConnectFourVec
+from actors.inference import Inference
+from actors.opponents import OpponentAssignment, OpponentCache, Opponents, learner_seats, policy_from_file
+from actors.recurrent_state import AgentStates
+from actors.stepper import GroupStepper, Pending
+from configs.schema import ModelSection, SelfPlaySection
+from learner.pool import SnapshotStore
+from learner.pool_server import PoolService
+from policies.mlp import make_policy, state_arrays
+from protocol import Message, MessageType, ProtocolError
+
+SPEC = ConnectFourVec.SPEC
+MODEL = ModelSection(hidden_size=16, num_layers=1)
+
+
+def random_weights(seed: int) -> dict[str, np.ndarray]:
+    torch.manual_seed(seed)
+    return state_arrays(make_policy(SPEC, MODEL))
+
+
+@pytest.fixture
+def service(tmp_path):
+    store = SnapshotStore(tmp_path / "pool")
+    for k in range(12):
+        store.add(random_weights(k), update=10 * k, policy_version=10 * k)
+    return PoolService(store, SelfPlaySection(enabled=True), seed=0)
+
+
+def ask(service: PoolService, kind: MessageType, **fields) -> Message:
+    return service.handle(Message(type=kind, sender="test", fields=fields))
+
+
+def test_pool_server_draws_one_snapshot_per_env_and_serves_verified_files(service):
+    reply = ask(service, MessageType.GET_OPPONENTS, num_envs=16)
+    digests, indices = reply.fields["digests"], reply.fields["indices"]
+    assert len(digests) == 16 and reply.fields["num_snapshots"] == 12 and reply.fields["alternation"] == 1
+    assert all(service.store.snapshot(i).hash == d for i, d in zip(indices, digests))
+    assert all(0 <= i < 12 for i in indices)
+    snapshot = ask(service, MessageType.GET_SNAPSHOT, digest=digests[0])
+    data = snapshot.arrays["file"].tobytes()
+    assert hashlib.sha256(data).hexdigest() == digests[0]
+    arrays = policy_from_file(data, digests[0])
+    assert set(arrays) == set(random_weights(0))
+    stats = service.take_stats()
+    assert stats["pool_snapshots"] == 12 and stats["opponents_unique_mean"] == len(set(digests))
+
+
+def test_pool_server_shared_draw_and_errors(service, tmp_path):
+    service.section = SelfPlaySection(enabled=True, per_env_opponent_sampling=False)
+    assert len(set(ask(service, MessageType.GET_OPPONENTS, num_envs=32).fields["digests"])) == 1
+    with pytest.raises(ProtocolError, match="num_envs must be in"):
+        ask(service, MessageType.GET_OPPONENTS, num_envs=0)
+    with pytest.raises(ProtocolError, match="64 lowercase hex"):
+        ask(service, MessageType.GET_SNAPSHOT, digest="nope")
+    with pytest.raises(ProtocolError, match="missing"):
+        ask(service, MessageType.GET_SNAPSHOT, digest="0" * 64)
+    empty = PoolService(SnapshotStore(tmp_path / "empty"), SelfPlaySection(enabled=True), seed=0)
+    with pytest.raises(ProtocolError, match="no snapshot yet"):
+        ask(empty, MessageType.GET_OPPONENTS, num_envs=4)
+
+
+class CountingFetch:
+    """Serves files from a store and counts downloads per digest."""
+
+    def __init__(self, store: SnapshotStore) -> None:
+        self.store, self.calls = store, []
+
+    def __call__(self, digest: str) -> bytes:
+        self.calls.append(digest)
+        return self.store.read_bytes(digest)
+
+
+def test_cache_downloads_each_unique_snapshot_once_and_stays_bounded(service):
+    fetch = CountingFetch(service.store)
+    cache = OpponentCache(SPEC, MODEL, capacity=4, fetch=fetch, seed=0)
+    opponents = Opponents(num_envs=16, num_agents=2, cache=cache)
+    first = ask(service, MessageType.GET_OPPONENTS, num_envs=16).fields["digests"]
+    opponents.assign(OpponentAssignment(alternation=1, digests=tuple(first), indices=(0,) * 16))
+    assert sorted(fetch.calls) == sorted(set(first))  # unique ones, once each
+    opponents.assign(OpponentAssignment(alternation=2, digests=tuple(first), indices=(0,) * 16))
+    assert len(fetch.calls) == len(set(first))  # all cached: nothing downloaded again
+    for k in range(5):  # alternations over other snapshots: the cache keeps what is in use plus <= capacity
+        digests = (service.store.snapshot(k).hash,) * 16
+        in_use = set(opponents.env_digests.tolist()) | set(digests)
+        opponents.assign(OpponentAssignment(alternation=3 + k, digests=digests, indices=(k,) * 16))
+        assert len(cache.policies) <= max(4, len(in_use))  # what is in use stays, beyond that at most 4
+        opponents.episodes_ended(np.arange(32))
+    assert len(cache.policies) <= 4 and len(fetch.calls) == len(set(first) | {service.store.snapshot(k).hash
+                                                                              for k in range(5)})
+    with pytest.raises(ValueError, match="refusing them"):
+        policy_from_file(b"not the file", first[0])
+
+
+def test_seats_alternate_between_envs():
+    seats = learner_seats(4, 2).reshape(4, 2)
+    assert seats.tolist() == [[True, False], [False, True], [True, False], [False, True]]
+    assert learner_seats(3, 3).reshape(3, 3).tolist() == [[True, False, False], [False, True, False],
+                                                          [False, False, True]]
+
+
+def test_one_forward_pass_per_unique_opponent_and_only_learner_seats_recorded(service, monkeypatch):
+    num_envs = 16
+    cache = OpponentCache(SPEC, MODEL, capacity=16, fetch=CountingFetch(service.store), seed=0)
+    opponents = Opponents(num_envs=num_envs, num_agents=2, cache=cache)
+    digests = tuple(service.store.snapshot(k % 10).hash for k in range(num_envs))  # 10 unique among 16 envs
+    opponents.assign(OpponentAssignment(alternation=1, digests=digests, indices=tuple(k % 10 for k in range(16))))
+    passes = []
+    original = Inference.decide
+    monkeypatch.setattr(Inference, "decide", lambda self, obs, *a: passes.append((id(self), len(obs)))
+                        or original(self, obs, *a))
+    learner = Inference(SPEC, MODEL, seed=1)
+    total = num_envs * 2
+    assembler = RowAssembler(num_agents=total, num_rows=64 * total, horizon=5, obs_shape=SPEC.obs_shape,
+                             obs_dtype=SPEC.obs_dtype, state_size=0, action_shape=(), action_dtype="int32",
+                             mask_size=SPEC.mask_size)
+    stepper = GroupStepper(spec=SPEC, inference=learner, assembler=assembler, states=AgentStates(total, 0),
+                           envs_per_group=num_envs, groups_per_worker=1, opponents=opponents)
+    env = ConnectFourVec(num_envs)
+    buffers = StepBuffers.allocate(SPEC, num_envs)
+    env.reset(buffers, seed=0)
+    pending = Pending(stats={name: [] for name in SPEC.episode_stats})
+    stepper.act([(vars(buffers), 0, 0)], pending)
+    # first move: slot 0 of each env is active; the learner sits there in even envs, opponents in odd ones
+    learner_passes = [n for who, n in passes if who == id(learner)]
+    opponent_passes = [n for who, n in passes if who != id(learner)]
+    assert learner_passes == [8] and pending.agent_steps == 8
+    odd_unique = len({digests[e] for e in range(1, num_envs, 2)})
+    assert len(opponent_passes) == odd_unique and sum(opponent_passes) == 8
+    legal = buffers.action_mask[np.arange(0, 2 * num_envs, 2), buffers.actions[::2]]
+    assert legal.all()
+    # play many moves: every recorded agent is a learner seat; returns come from learner seats only
+    for _ in range(200):
+        env.step(buffers)
+        stepper.act([(vars(buffers), 0, 0)], pending)
+    seats = learner_seats(num_envs, 2)
+    recorded = np.flatnonzero(assembler.ep_lengths > 0)
+    assert len(recorded) and seats[recorded].all()
+    assert pending.returns and set(pending.returns) <= {-1.0, 0.0, 1.0}
+    assert cache.downloads == 10
+
+
+def test_opponents_switch_at_each_envs_episode_end(service):
+    cache = OpponentCache(SPEC, MODEL, capacity=16, fetch=CountingFetch(service.store), seed=0)
+    opponents = Opponents(num_envs=4, num_agents=2, cache=cache)
+    a, b = service.store.snapshot(0).hash, service.store.snapshot(1).hash
+    opponents.assign(OpponentAssignment(alternation=1, digests=(a,) * 4, indices=(0,) * 4))
+    opponents.assign(OpponentAssignment(alternation=2, digests=(b,) * 4, indices=(1,) * 4))
+    assert opponents.env_digests.tolist() == [a] * 4  # nobody switches mid-game
+    opponents.episodes_ended(np.array([2, 3, 7]))  # env 1 (slots 2, 3) and env 3 (slot 7) ended
+    assert opponents.env_digests.tolist() == [a, b, a, b]
+    opponents.episodes_ended(np.array([0, 4]))
+    assert opponents.env_digests.tolist() == [b] * 4 and opponents.next_digests is None
