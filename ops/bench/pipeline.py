@@ -60,18 +60,21 @@ ACTIONS_CYCLE = 64
 
 
 def bench_config(env: str, workers: int, envs_per_worker: int | None, async_factor: int) -> RunConfig:
-    """The env's run config sized to ``workers`` x ``envs_per_worker`` envs in ``async_factor`` groups."""
+    """The env's run config sized to ``workers`` x ``envs_per_worker`` envs (default: what the run config plans
+    for ``workers``) in ``async_factor`` groups."""
     path, overrides = ENVS[env]
     config = load_config(REPO / path, overrides)
     sizing = [f"trainer.num_workers={workers}", f"trainer.async_factor={async_factor}"]
-    if envs_per_worker is not None:
-        if envs_per_worker % async_factor:
-            raise SystemExit(f"--envs-per-worker {envs_per_worker} must be divisible by async_factor {async_factor}")
-        target = envs_per_worker * workers // async_factor * config.env.num_agents
-        total_agents = envs_per_worker * workers * config.env.num_agents
-        batch = max(config.trainer.batch_size, total_agents * config.trainer.bptt_horizon)
-        sizing += [f"trainer.forward_pass_minibatch_target_size={target}",  # the batch only has to hold the rows
-                   f"trainer.batch_size={batch}", f"trainer.minibatch_size={batch}"]
+    if envs_per_worker is None:  # the run config's own plan, kept the same for every async_factor compared
+        shipped = make_plan(config.trainer, num_agents=config.env.num_agents, num_workers=workers)
+        envs_per_worker = shipped.envs_per_worker
+    if envs_per_worker % async_factor:
+        raise SystemExit(f"--envs-per-worker {envs_per_worker} must be divisible by async_factor {async_factor}")
+    target = envs_per_worker * workers // async_factor * config.env.num_agents
+    total_agents = envs_per_worker * workers * config.env.num_agents
+    batch = max(config.trainer.batch_size, total_agents * config.trainer.bptt_horizon)
+    sizing += [f"trainer.forward_pass_minibatch_target_size={target}",  # the batch only has to hold the rows
+               f"trainer.batch_size={batch}", f"trainer.minibatch_size={batch}"]
     return load_config(REPO / path, overrides + sizing)
 
 
