@@ -26,6 +26,9 @@ class MetricsLog:
         self.file.write(json.dumps({k: _clean(v) for k, v in record.items()}) + "\n")
         ret = record.get("episode_return_mean")
         ret_text = "   n/a" if ret is None else f"{ret:6.1f}"
+        if record.get("win_rate") is not None:  # self-play: against the pool, over the last 100 episodes
+            ret_text += (f" | win/draw/loss {record['win_rate']:.2f}/{record['draw_rate']:.2f}/"
+                         f"{record['loss_rate']:.2f} pool {record['pool_snapshots']}")
         print(f"update {record['update']:5d} | agent steps {record['agent_steps']:>11,} | sps {record['sps']:8,.0f} | "
               f"return {ret_text} | lag {record['policy_lag_mean']:.2f} | "
               f"pg {record['policy_loss']:+.3f} v {record['value_loss']:.3f} ent {record['entropy']:.3f} "
