@@ -18,7 +18,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-SOLVED = re.compile(r"solved: mean return ([\d.]+) .* after ([\d,]+) env steps in ([\d.]+) s")
+# the learner prints "agent steps" (older versions: "env steps"); env steps come from metrics.jsonl
+SOLVED = re.compile(r"solved: mean return ([\d.]+) .* after ([\d,]+) (?:agent|env) steps in ([\d.]+) s")
 
 
 def trial(port: int, workers: int, seed: int) -> dict:
@@ -35,10 +36,14 @@ def trial(port: int, workers: int, seed: int) -> dict:
         out, _ = learner.communicate(timeout=900)
         actors.wait(timeout=60)
         match = SOLVED.search(out)
+        metrics = Path(tmp, "run", "metrics.jsonl")
+        lines = metrics.read_text().splitlines() if metrics.exists() else []
+        last = json.loads(lines[-1]) if lines else {}
         return {"benchmark": "cartpole_to_475", "seed": seed, "workers": workers,
                 "exit_code": learner.returncode, "solved": match is not None,
                 "final_mean_return": float(match.group(1)) if match else None,
-                "env_steps": int(match.group(2).replace(",", "")) if match else None,
+                "agent_steps": int(match.group(2).replace(",", "")) if match else None,
+                "env_steps": last.get("env_steps") if match else None,
                 "train_s": float(match.group(3)) if match else None,
                 "process_wall_s": round(time.monotonic() - started, 1)}
 
@@ -57,7 +62,7 @@ def main() -> None:
                       f"{os.cpu_count()} cores {platform.processor() or platform.machine()}",
                       "trials": len(results), "solved": len(solved),
                       "train_s": sorted(r["train_s"] for r in solved),
-                      "env_steps": sorted(r["env_steps"] for r in solved)}))
+                      "env_steps": sorted(r["env_steps"] for r in solved if r["env_steps"] is not None)}))
 
 
 if __name__ == "__main__":
