@@ -10,26 +10,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import time
 
 import numpy as np
 
 from actors.envs.base import StepBuffers
 from actors.envs.gridworld import GridworldVec
-
-
-def cpu_model() -> str:
-    """The CPU model name from /proc/cpuinfo (or the platform's machine string)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+from benchlib import machine
 
 
 def bench(num_agents: int, slots: int, seconds: float, max_steps: int) -> dict:
@@ -64,7 +51,7 @@ def bench(num_agents: int, slots: int, seconds: float, max_steps: int) -> dict:
         "agent_steps": agent_steps,
         "agent_steps_per_s_per_core": round(agent_steps / elapsed),
         "goal_agent_steps_per_s_per_core": 1_000_000,
-        "machine": f"{cpu_model()}, {os.cpu_count()} cores, {platform.system()}",
+        "machine": machine(),
     }
 
 
