@@ -25,12 +25,34 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", action="store_true", help="with --plan: print it as one JSON object")
     parser.add_argument("--run-dir", type=Path, default=None, help="run directory (default: runs/<name>-<time>)")
     parser.add_argument("--resume", action="store_true", help="continue the run in --run-dir from its last checkpoint")
+    pool = parser.add_argument_group("self-play opponent pool (seeds/002; shorthands for --set selfplay.KEY=VALUE)")
+    pool.add_argument("--per-env-opponent-sampling", action="store_true",
+                      help="self-play with every env drawing its own opponent (selfplay.enabled and "
+                           "selfplay.per_env_opponent_sampling)")
+    pool.add_argument("--opponent-pool-size", type=int, metavar="K", help="selfplay.opponent_pool_size")
+    pool.add_argument("--opponent-pool-beta", type=float, metavar="BETA",
+                      help="selfplay.opponent_pool_beta (smaller = more weight on the newest snapshots)")
+    pool.add_argument("--opponent-pool-exploration", type=float, metavar="EPS", help="selfplay.opponent_pool_exploration")
     return parser
+
+
+def selfplay_overrides(args: argparse.Namespace) -> list[str]:
+    """The seed's self-play flags as --set overrides (applied after the explicit --set values)."""
+    overrides = []
+    if args.per_env_opponent_sampling:
+        overrides += ["selfplay.enabled=true", "selfplay.per_env_opponent_sampling=true"]
+    for flag, key in (("opponent_pool_size", "opponent_pool_size"), ("opponent_pool_beta", "opponent_pool_beta"),
+                      ("opponent_pool_exploration", "opponent_pool_exploration")):
+        value = getattr(args, flag)
+        if value is not None:
+            overrides.append(f"selfplay.{key}={value}")
+    return overrides
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit code."""
     args = build_parser().parse_args(argv)
+    args.overrides = [*args.overrides, *selfplay_overrides(args)]
     if args.json and not args.plan:
         return _fail("--json only goes with --plan")
     try:

@@ -12,7 +12,7 @@ import pytest
 from configs.loader import ConfigError, load_config, parse_override
 from configs.plan import PlanError, make_plan
 from configs.schema import RunConfig
-from learner.cli import main
+from learner.cli import build_parser, main, selfplay_overrides
 from learner.run_dir import RunDirError, new_run_dir, resume_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -350,3 +350,20 @@ def test_run_dir_with_checkpoint_refuses(tmp_path):
 def test_env_name_choice_is_validated():
     allowed = "cartpole, gridworld, native, gymnasium, gymnasium_vector, pettingzoo, probe_truncation, probe_memory"
     assert f"allowed: {allowed}" in config_error("env.name=foo")
+
+
+def test_seed_selfplay_flags_map_to_the_selfplay_section(capsys):
+    args = build_parser().parse_args(["--per-env-opponent-sampling", "--opponent-pool-size", "12",
+                                      "--opponent-pool-beta", "0.75", "--opponent-pool-exploration", "0.2"])
+    overrides = selfplay_overrides(args)
+    config = load_config(REPO / "configs/selfplay_connect4.yaml", overrides)
+    section = config.selfplay
+    assert section.enabled and section.per_env_opponent_sampling
+    assert (section.opponent_pool_size, section.opponent_pool_beta, section.opponent_pool_exploration) == (12, 0.75, 0.2)
+    err = cli_error(capsys, ["--config", str(REPO / "configs/selfplay_connect4.yaml"), "--opponent-pool-beta", "1.5",
+                             "--plan"])
+    assert "selfplay.opponent_pool_beta" in err and "1.5" in err
+    err = cli_error(capsys, ["--config", str(CARTPOLE), "--per-env-opponent-sampling", "--plan"])
+    assert "selfplay.enabled needs env.num_agents >= 2" in err
+    with pytest.raises(ConfigError, match="selfplay.enabled needs model.core: mlp"):
+        load_config(REPO / "configs/selfplay_connect4.yaml", ["model.core=lstm"])
