@@ -56,7 +56,7 @@ class IngestStats:
     rows_received: int = 0
     """Rows accepted into a batch."""
     rows_dropped: Counter = field(default_factory=Counter)
-    """Rows dropped, by reason (stale)."""
+    """Rows dropped, by reason: stale (older than max_policy_lag) or future (newer than the learner's weights)."""
     messages_dropped: Counter = field(default_factory=Counter)
     """Messages rejected, by protocol reason."""
     bytes_received: int = 0
@@ -145,6 +145,7 @@ class Ingest(threading.Thread):
                     index, filled = self._next_buffer()
                     if index is None:
                         return
+                    buffer = self.buffers[index].arrays  # the leftover rows go there, not into the ready one
 
     def _next_buffer(self) -> tuple[int | None, int]:
         while not self.stop.is_set():
@@ -174,7 +175,8 @@ class Ingest(threading.Thread):
                 self.stats.bytes_received += nbytes
             return None
         lag = self.policy_version - message.arrays["versions"]
-        fresh = lag <= self.max_policy_lag
+        future = lag < 0  # acted by weights this learner never had (a host still on a crashed run's policy)
+        fresh = (lag <= self.max_policy_lag) & ~future
         with self.stats.lock:
             stats = self.stats
             stats.bytes_received += nbytes
@@ -187,7 +189,8 @@ class Ingest(threading.Thread):
             stats.episodes += len(returns)
             stats.recent_returns.extend(returns)
             stats.recent_lengths.extend(lengths)
-            stats.rows_dropped["stale"] += int((~fresh).sum())
+            stats.rows_dropped["stale"] += int((~fresh & ~future).sum())
+            stats.rows_dropped["future"] += int(future.sum())
             stats.rows_received += int(fresh.sum())
             if fresh.any():
                 stats.lag_sum += int(lag[fresh].sum())

@@ -143,3 +143,27 @@ def test_bad_host_stats_reject_the_message_and_are_counted(ingest, host_stats, m
     with thread.stats.lock:
         assert thread.stats.messages_dropped["bad_field"] == 1
         assert not thread.stats.host_stats
+
+
+def test_rows_from_a_newer_policy_than_the_learner_are_dropped_as_future(ingest):
+    """A host still acting with a crashed run's newer weights after the learner resumed from an older checkpoint."""
+    thread, push = ingest
+    push.send_multipart(encode(rows_message([12, 11, 10], marker=1.0)))
+    push.send_multipart(encode(rows_message([10] * SEGMENTS, marker=5.0)))
+    index = thread.ready.get(timeout=10)
+    assert thread.buffers[index].arrays["rewards"][:, 0].tolist() == [3.0, 5.0, 6.0, 7.0, 8.0, 9.0]
+    with thread.stats.lock:
+        assert thread.stats.rows_dropped["future"] == 2 and thread.stats.rows_dropped["stale"] == 0
+        assert thread.stats.lag_max == 0
+
+
+def test_rows_left_over_from_a_block_start_the_next_batch_and_never_touch_the_ready_one(ingest):
+    thread, push = ingest
+    push.send_multipart(encode(rows_message([10] * 4, marker=0.0)))
+    push.send_multipart(encode(rows_message([10] * 5, marker=10.0)))  # 2 rows fill batch one, 3 start batch two
+    push.send_multipart(encode(rows_message([10] * 3, marker=20.0)))
+    first = thread.ready.get(timeout=10)
+    second = thread.ready.get(timeout=10)
+    assert first != second
+    assert thread.buffers[first].arrays["rewards"][:, 0].tolist() == [0.0, 1.0, 2.0, 3.0, 10.0, 11.0]
+    assert thread.buffers[second].arrays["rewards"][:, 0].tolist() == [12.0, 13.0, 14.0, 20.0, 21.0, 22.0]
