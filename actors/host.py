@@ -150,7 +150,7 @@ class ActorHost:
         """Seats, the snapshot cache and the first opponent assignment (blocking: nothing plays without one)."""
         endpoint = self.pool or self.learner
         self.pool_client = PoolClient(endpoint, limits=Limits(max_message_bytes=config.network.max_message_bytes),
-                                      timeout_s=config.network.peer_timeout_s, sender=name)
+                                      timeout_s=3 * config.network.heartbeat_interval_s, sender=name)
         cache = OpponentCache(self.spec, config.model, capacity=config.selfplay.cache_size,
                               fetch=self.pool_client.snapshot, seed=seed)
         self.opponents = Opponents(num_envs=num_envs, num_agents=self.spec.num_agents, cache=cache)
@@ -211,6 +211,8 @@ class ActorHost:
                     self.request_stop(f"learner: {reply.fields['reason']}")
                 elif reply.type is MessageType.ERROR:
                     LOG.warning("learner error: %s", reply.fields["message"])
+                    if reply.fields.get("reason") == "not_registered":  # a restarted learner: register now
+                        last_reply = 0.0
                 elif reply.type is MessageType.HEARTBEAT_ACK and reply.fields.get("run_id", run_id) != run_id:
                     LOG.warning("learner restarted; registering again")
                     last_reply = 0.0

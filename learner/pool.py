@@ -179,6 +179,16 @@ class SnapshotStore:
         self._snapshots.append(entry)
         return entry
 
+    def truncate_after(self, update: int) -> int:
+        """Forget snapshots taken after ``update`` (a run resumed from an earlier checkpoint retakes them);
+        returns how many were dropped. Their weights files stay (content-addressed, possibly shared)."""
+        keep = [entry for entry in self._snapshots if entry.update <= update]
+        dropped = len(self._snapshots) - len(keep)
+        if dropped:
+            self._write_index(keep)
+            self._snapshots = keep
+        return dropped
+
     def read_bytes(self, digest: str) -> bytes:
         """The verified safetensors bytes of the weights with this sha256 (what a server sends)."""
         path = self.path_of(digest)

@@ -186,6 +186,9 @@ class Learner:
         if not section.enabled:
             return None
         service = PoolService(SnapshotStore(self.run_dir / "pool"), section, seed=self.config.run.seed)
+        dropped = service.store.truncate_after(self.state.update)  # resumed: they are taken again
+        if dropped:
+            LOG.info("opponent pool: dropped %d snapshots newer than update %d", dropped, self.state.update)
         if len(service.store) == 0:
             service.add_snapshot(state_arrays(self.policy), update=self.state.update,
                                  policy_version=self.state.policy_version)
@@ -253,6 +256,7 @@ class Learner:
                 lag_max = stats.lag_max
                 stats.lag_sum = stats.lag_max = stats.lag_rows = 0
                 dropped_stale = stats.rows_dropped["stale"]
+                dropped_future = stats.rows_dropped["future"]
                 dropped_messages = sum(stats.messages_dropped.values())
                 timing = host_timing(stats.host_stats)
                 stats.host_stats.clear()
@@ -273,6 +277,7 @@ class Learner:
                 "policy_lag_mean": lag_mean,
                 "policy_lag_max": lag_max,
                 "rows_dropped_stale": dropped_stale,
+                "rows_dropped_future": dropped_future,
                 "messages_dropped": dropped_messages,
                 "env_restarts": env_restarts,
                 "actor_hosts": control.host_count(),

@@ -228,6 +228,17 @@ def test_store_add_reopen_load(tmp_path):
     assert len(SnapshotStore(root)) == 4
 
 
+def test_store_truncates_snapshots_newer_than_a_resumed_checkpoint(tmp_path):
+    store = SnapshotStore(tmp_path)
+    for i in range(4):
+        store.add(weights(i), update=10 * i, policy_version=10 * i)
+    assert store.truncate_after(15) == 2  # the run resumes from update 15: snapshots 20 and 30 are retaken
+    reopened = SnapshotStore(tmp_path)
+    assert [s.update for s in reopened.snapshots] == [0, 10] and reopened.truncate_after(15) == 0
+    assert reopened.add(weights(7), update=20, policy_version=20).index == 2
+    assert_same(reopened.load(2), weights(7)) and no_temp_files(tmp_path)
+
+
 def test_store_dedupes_files_but_keeps_entries(tmp_path):
     store = SnapshotStore(tmp_path)
     first = store.add(weights(1), update=10, policy_version=10)

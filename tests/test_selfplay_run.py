@@ -82,3 +82,26 @@ def test_actors_pool_address_is_checked():
     done = subprocess.run([sys.executable, "-m", "actors", "--pool", "udp://x"], cwd=REPO, capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 2 and "python -m actors: error: --pool" in done.stderr
+
+
+def test_pool_survives_a_crash_and_resume(run):
+    """The learner dies (SIGKILL) after snapshots past its last checkpoint; --resume retakes them once."""
+    learner = run.learner("--set", "selfplay.snapshot_interval=1", "--set", "run.checkpoint_interval=3",
+                          "--set", "trainer.total_timesteps=1000000")
+    actors = run.actors(2)
+    assert wait_for(lambda: len(metrics(run.run_dir)) >= 5, 120), run.log("learner.log")
+    learner.send_signal(signal.SIGKILL)
+    learner.wait(timeout=10)
+    before = json.loads((run.run_dir / "pool" / "index.json").read_text())["snapshots"]
+    resumed = start("learner", "--resume", "--run-dir", str(run.run_dir), "--set", f"network.port={run.port}",
+                    "--set", "trainer.total_timesteps=30000", log=run.tmp / "resumed.log")
+    run.procs.append(resumed)
+    assert resumed.wait(timeout=120) == 0, run.log("resumed.log")
+    assert actors.wait(timeout=30) == 0, run.log("actors.log")
+    after = json.loads((run.run_dir / "pool" / "index.json").read_text())["snapshots"]
+    updates = [s["update"] for s in after]
+    assert updates == sorted(set(updates)), updates  # every update once, in order
+    assert updates[0] == 0 and len(after) >= len(before) - 2
+    if before[-1]["update"] % 3:  # snapshots newer than the checkpoint resumed from were dropped, then retaken
+        assert "dropped" in run.log("resumed.log")
+    run.assert_clean()
