@@ -19,6 +19,7 @@ from actors.envs.base import EnvSpec
 from actors.inference import Inference, NullInference
 from actors.opponents import Opponents
 from actors.recurrent_state import AgentStates
+from protocol.rows import HOST_STATS
 
 
 @dataclass
@@ -60,9 +61,7 @@ class Pending:
 
     def host_stats(self) -> dict[str, float]:
         """The timing counters as the ROWS message's ``host_stats`` field."""
-        return {"inference_batches": self.inference_batches, "inference_agents": self.inference_agents,
-                "inference_s": self.inference_s, "act_s": self.act_s, "worker_wait_s": self.worker_wait_s,
-                "worker_step_s": self.worker_step_s}
+        return {name: getattr(self, name) for name in HOST_STATS}
 
 
 class GroupStepper:
@@ -97,9 +96,12 @@ class GroupStepper:
             active = active & learner
         chosen = None if active.all() else np.flatnonzero(active)
 
+        joined: dict[str, np.ndarray] = {}
+
         def gather(name: str, where: np.ndarray | None = chosen) -> np.ndarray:
-            joined = np.concatenate([v[name][s] for v, s, _ in parts])
-            return joined if where is None else joined[where]
+            if name not in joined:  # one concatenation per field, shared by the learner's and opponents' seats
+                joined[name] = np.concatenate([v[name][s] for v, s, _ in parts])
+            return joined[name] if where is None else joined[name][where]
 
         agent_ids = all_ids if chosen is None else all_ids[chosen]
         obs, rewards = gather("obs"), gather("rewards")

@@ -195,12 +195,10 @@ class Learner:
         LOG.info("opponent pool: %d snapshots in %s", len(service.store), self.run_dir / "pool")
         return service
 
-    def _selfplay_metrics(self, update: int, weights: dict[str, np.ndarray], returns: list[float]) -> dict:
-        """Snapshot every snapshot_interval updates; the pool's figures and win/draw/loss against it."""
+    def _selfplay_metrics(self, returns: list[float]) -> dict:
+        """The pool's figures, and the learner's win/draw/loss against it (sign of its last returns)."""
         if self.pool is None:
             return {}
-        if update % self.config.selfplay.snapshot_interval == 0:
-            self.pool.add_snapshot(weights, update=update, policy_version=self.state.policy_version)
         outcome = np.sign(np.asarray(returns, dtype=np.float64))
         rates = {name: float((outcome == sign).mean()) if len(outcome) else None
                  for name, sign in (("win_rate", 1), ("draw_rate", 0), ("loss_rate", -1))}
@@ -240,6 +238,8 @@ class Learner:
             ingest.policy_version = self.state.policy_version
             weights = state_arrays(self.policy)
             publisher.publish(self.state.policy_version, weights)
+            if self.pool is not None and self.state.update % self.config.selfplay.snapshot_interval == 0:
+                self.pool.add_snapshot(weights, update=self.state.update, policy_version=self.state.policy_version)
             control.set_weights(self.state.policy_version, weights)
 
             now = time.monotonic()
@@ -282,7 +282,7 @@ class Learner:
                 "env_restarts": env_restarts,
                 "actor_hosts": control.host_count(),
                 **timing,
-                **self._selfplay_metrics(self.state.update, weights, returns),
+                **self._selfplay_metrics(returns),
                 "update_s": update_s,
             }
             last_steps, last_time = self.state.agent_steps, now
