@@ -21,7 +21,7 @@ import torch
 import zmq
 
 from actors.assembler import RowAssembler
-from actors.envs.registry import env_spec
+from envs.registry import env_spec
 from actors.inference import Inference, NullInference
 from actors.learner_link import LearnerLink, Registration
 from actors.opponents import OpponentCache, Opponents

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from actors.envs.base import EnvSpec
+from envs.base import EnvSpec
 from configs.schema import ModelSection
 from policies.distributions import ActionDistribution
-from policies.mlp import load_state_arrays, make_policy
+from policies.factory import load_state_arrays, make_policy
 
 
 @dataclass(frozen=True, kw_only=True)

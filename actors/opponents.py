@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 from safetensors.numpy import load as load_safetensors
 
-from actors.envs.base import EnvSpec
+from envs.base import EnvSpec
 from actors.inference import Inference
 from configs.schema import ModelSection
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from actors.assembler import RowAssembler
-from actors.envs.base import EnvSpec
+from envs.base import EnvSpec
 from actors.inference import Inference, NullInference
 from actors.opponents import Opponents
 from actors.recurrent_state import AgentStates

@@ -17,8 +17,8 @@ import time
 import traceback
 from dataclasses import dataclass
 
-from actors.envs.base import EnvSpec, StepBuffers, step_buffer_fields
-from actors.envs.registry import env_label, make_vec_env
+from envs.base import EnvSpec, StepBuffers, step_buffer_fields
+from envs.registry import env_label, make_vec_env
 from actors.shm import FieldLayout, ShmSegment, plan_layout
 from configs.env_config import EnvConfig
 

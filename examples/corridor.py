@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from actors.envs.base import EnvSpec, StepBuffers
-from actors.envs.spaces import ActionSpace
+from envs.base import EnvSpec, StepBuffers
+from envs.spaces import ActionSpace
 
 LEFT, STAY, RIGHT = 0, 1, 2
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import zmq
 
-from actors.envs.base import EnvSpec
+from envs.base import EnvSpec
 from protocol import Limits, Message, MessageType, ProtocolError, check_arrays, decode
 from protocol.rows import HOST_STATS, row_array_specs
 

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 import zmq
 
-from actors.envs.registry import env_spec
+from envs.registry import env_spec
 from configs.loader import config_to_dict
 from configs.plan import make_plan
 from configs.schema import RunConfig, TrainerSection
@@ -35,7 +35,7 @@ from learner.losses import minibatch_losses
 from learner.ppo import RowBatch, ppo_update
 from learner.schedules import schedule_for
 from learner.weights import WeightsPublisher
-from policies.mlp import make_policy, state_arrays
+from policies.factory import make_policy, state_arrays
 from protocol import Limits
 from protocol.endpoints import parse_endpoint
 

@@ -21,7 +21,7 @@ import math
 import torch
 from torch import nn
 
-from actors.envs.spaces import ActionSpace
+from envs.spaces import ActionSpace
 
 MASKED_LOGIT = -1e9
 """Logit of an illegal action: exp underflows to exactly 0, and 0 * MASKED_LOGIT stays finite."""

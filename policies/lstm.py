@@ -12,10 +12,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from actors.envs.base import EnvSpec
 from configs.schema import ModelSection
+from envs.base import EnvSpec
 from policies.distributions import ActionDistribution, ActionHead
-from policies.mlp import ObsInput, layer, torso, torso_width
+from policies.layers import ObsInput, layer, torso, torso_width
 
 
 class LSTMPolicy(nn.Module):

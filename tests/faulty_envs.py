@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from actors.envs.base import StepBuffers
-from actors.envs.cartpole import CartPoleVec
+from envs.base import StepBuffers
+from envs.cartpole import CartPoleVec
 
 
 class FlakyCartPole(CartPoleVec):

@@ -6,8 +6,8 @@ import gymnasium
 import numpy as np
 import pytest
 
-from actors.envs.base import StepBuffers
-from actors.envs.cartpole import CartPoleVec
+from envs.base import StepBuffers
+from envs.cartpole import CartPoleVec
 
 NUM_ENVS = 4
 NUM_ACTIONS = 600

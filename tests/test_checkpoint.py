@@ -8,12 +8,12 @@ import struct
 import pytest
 import torch
 
-from actors.envs.base import EnvSpec
-from actors.envs.spaces import ActionSpace
+from envs.base import EnvSpec
+from envs.spaces import ActionSpace
 from configs.schema import ModelSection
 from learner import checkpoint as ckpt
 from learner.checkpoint import TrainerState, list_checkpoints, load_checkpoint, save_checkpoint
-from policies.mlp import make_policy
+from policies.factory import make_policy
 
 SPEC = EnvSpec(num_agents=1, obs_shape=(4,), obs_dtype="float32", action=ActionSpace.discrete(2))
 MODEL = ModelSection(hidden_size=16, num_layers=2)

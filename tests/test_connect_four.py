@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 from pettingzoo.classic import connect_four_v3
 
-from actors.envs.base import StepBuffers
-from actors.envs.connect_four import EPISODE_STATS, STONE, ConnectFourVec
-from actors.envs.connect_four_baselines import one_ply_moves, random_legal_moves
-from actors.envs.registry import env_spec, make_vec_env
+from envs.base import StepBuffers
+from envs.connect_four import EPISODE_STATS, STONE, ConnectFourVec
+from envs.connect_four_baselines import one_ply_moves, random_legal_moves
+from envs.registry import env_spec, make_vec_env
 from configs.env_config import EnvConfig
 
 VERTICAL_P0 = [0, 1, 0, 1, 0, 1, 0]                    # P0 wins up column 0 on move 7

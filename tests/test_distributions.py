@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-from actors.envs.base import EnvSpec
-from actors.envs.spaces import ActionSpace
+from envs.base import EnvSpec
+from envs.spaces import ActionSpace
 from configs.schema import ModelSection
 from learner.losses import Minibatch, minibatch_losses
 from policies.distributions import ActionDistribution
-from policies.mlp import make_policy
+from policies.factory import make_policy
 
 NVEC = (4, 2, 3)
 

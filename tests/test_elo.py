@@ -1,4 +1,4 @@
-"""The arena (learner/arena.py: batched matches, seats alternating) and the Elo tool (python -m learner.elo)."""
+"""The arena (evaluation/arena.py: batched matches, seats alternating) and the Elo tool (python -m learner.elo)."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 import torch
 
-from actors.envs.registry import env_spec
+from envs.registry import env_spec
 from configs.loader import load_config
 from configs.schema import RunConfig
 from learner import elo
-from learner.arena import MatchOutcome, OnePlyPlayer, PolicyPlayer, RandomPlayer, play_match
+from evaluation.arena import MatchOutcome, OnePlyPlayer, PolicyPlayer, RandomPlayer, play_match
 from learner.pool import SnapshotStore
 from learner.run_dir import new_run_dir
-from policies.mlp import make_policy, state_arrays
+from policies.factory import make_policy, state_arrays
 
 C4_SETTINGS = ["env.name=connect_four", "env.num_agents=2", "env.max_steps=0", "model.hidden_size=16",
                "model.num_layers=1"]
@@ -203,7 +203,7 @@ def test_cli_errors(setup, extra, message, fake_run, tmp_path, capsys):
         _empty_pool(run)
     assert elo.main(["--run-dir", str(run), *extra]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("python -m learner.elo: error: ")
+    assert err.startswith("python -m evaluation.elo: error: ")
     assert len(err.strip().splitlines()) == 1
     assert re.search(message, err), err
 
@@ -212,4 +212,4 @@ def test_cli_bad_mode_is_an_argparse_error(capsys):
     with pytest.raises(SystemExit) as exc:
         elo.main(["--run-dir", "x", "--tournament-mode", "swiss"])
     assert exc.value.code == 2
-    assert "python -m learner.elo: error: argument --tournament-mode" in capsys.readouterr().err
+    assert "python -m evaluation.elo: error: argument --tournament-mode" in capsys.readouterr().err

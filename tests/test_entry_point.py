@@ -5,7 +5,7 @@ from __future__ import annotations
 import gymnasium
 import pytest
 
-from actors.envs.entry_point import resolve_entry_point
+from envs.entry_point import resolve_entry_point
 from tests import fake_envs
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from actors.envs.base import StepBuffers
-from actors.envs.gridworld import (CONVERTER, DEPLETED, EMPTY, FORWARD, LEFT, NOOP, RESOURCE, RIGHT, USE,
+from envs.base import StepBuffers
+from envs.gridworld import (CONVERTER, DEPLETED, EMPTY, FORWARD, LEFT, NOOP, RESOURCE, RIGHT, USE,
                                    GridworldVec)
-from actors.envs.registry import env_spec, make_vec_env
+from envs.registry import env_spec, make_vec_env
 from configs.env_config import EnvConfig
 from configs.loader import load_config
 from configs.plan import make_plan

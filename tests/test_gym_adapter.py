@@ -8,11 +8,11 @@ import gymnasium
 import numpy as np
 import pytest
 
-from actors.envs.base import StepBuffers
-from actors.envs.cartpole import CartPoleVec
-from actors.envs.gym_adapter import GymnasiumVecEnv
-from actors.envs.spaces import ActionSpace
-from actors.envs.registry import env_spec, make_vec_env
+from envs.base import StepBuffers
+from envs.cartpole import CartPoleVec
+from envs.gym_adapter import GymnasiumVecEnv
+from envs.spaces import ActionSpace
+from envs.registry import env_spec, make_vec_env
 from configs.env_config import EnvConfig
 from tests.fake_envs import mask_at
 

@@ -7,8 +7,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from actors.envs.base import StepBuffers
-from actors.envs.gym_vector_adapter import GymnasiumVectorAdapter
+from envs.base import StepBuffers
+from envs.gym_vector_adapter import GymnasiumVectorAdapter
 
 MODES = ("NextStep", "SameStep", "Disabled")
 FAKE = "tests.fake_envs:sync_vector"
@@ -209,7 +209,7 @@ def test_action_out_of_range_names_env() -> None:
 
 
 def test_make_vec_cartpole_through_the_registry() -> None:
-    from actors.envs.registry import env_spec, make_vec_env
+    from envs.registry import env_spec, make_vec_env
     from configs.env_config import EnvConfig
 
     # make_vec's own CartPoleVectorEnv: NEXT_STEP, its own 500-step limit kept (max_steps 0)

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import zmq
 
-from actors.envs.base import EnvSpec
-from actors.envs.spaces import ActionSpace
+from envs.base import EnvSpec
+from envs.spaces import ActionSpace
 from learner.ingest import Ingest, _host_stats, host_timing
 from protocol import Limits, Message, MessageType, ProtocolError, decode, encode
 from tests.processes import free_port_triple

@@ -7,12 +7,13 @@ import pytest
 import torch
 
 from actors.assembler import RowAssembler
-from actors.envs.base import EnvSpec
-from actors.envs.spaces import ActionSpace
+from envs.base import EnvSpec
+from envs.spaces import ActionSpace
 from actors.inference import Inference
 from configs.schema import ModelSection
 from policies.lstm import LSTMPolicy
-from policies.mlp import MLPPolicy, load_state_arrays, make_policy, state_arrays
+from policies.factory import load_state_arrays, make_policy, state_arrays
+from policies.mlp import MLPPolicy
 
 SPEC = EnvSpec(num_agents=1, obs_shape=(2, 3), obs_dtype="float32", action=ActionSpace.discrete(3))
 LSTM = ModelSection(hidden_size=8, num_layers=2, core="lstm")

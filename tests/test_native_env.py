@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from actors.envs.base import StepBuffers
-from actors.envs.registry import env_spec, make_vec_env
+from envs.base import StepBuffers
+from envs.registry import env_spec, make_vec_env
 from configs.loader import load_config
 from examples.corridor import LEFT, RIGHT, STAY, CorridorVec
 
@@ -83,7 +83,7 @@ def test_reset_is_seeded_and_clears_outputs() -> None:
     ("examples.corridor:CorridorVex", "'examples.corridor' has no attribute 'CorridorVex'"),
     ("examples.corridor:LEFT", "is not callable"),
     ("numpy:zeros", "could not be built with num_envs="),
-    ("tests.test_native_env:not_a_vec_env", "does not follow the VecEnv contract (actors/envs/base.py): it has no spec"),
+    ("tests.test_native_env:not_a_vec_env", "does not follow the VecEnv contract (envs/base.py): it has no spec"),
     ("tests.test_native_env:wrong_count", "it has num_envs=1, but 3 were asked for"),
     ("tests.test_native_env:raising_factory", "env 'native:tests.test_native_env:raising_factory' raised in make()"),
 ])

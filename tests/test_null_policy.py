@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from actors.envs.base import EnvSpec, StepBuffers
-from actors.envs.spaces import ActionSpace
-from actors.envs.synthetic import SyntheticVec
+from envs.base import EnvSpec, StepBuffers
+from envs.spaces import ActionSpace
+from envs.synthetic import SyntheticVec
 from actors.inference import NullInference
 
 

@@ -7,10 +7,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from actors.envs.base import StepBuffers
-from actors.envs.pettingzoo_adapter import PettingZooParallelAdapter
-from actors.envs.registry import env_spec, make_vec_env
-from actors.envs.spaces import ActionSpace
+from envs.base import StepBuffers
+from envs.pettingzoo_adapter import PettingZooParallelAdapter
+from envs.registry import env_spec, make_vec_env
+from envs.spaces import ActionSpace
 from configs.env_config import EnvConfig
 from tests.fake_envs import mask_at
 

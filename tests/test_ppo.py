@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 import torch
 
-from actors.envs.base import EnvSpec
-from actors.envs.spaces import ActionSpace
+from envs.base import EnvSpec
+from envs.spaces import ActionSpace
 from configs.plan import make_plan
 from configs.schema import ModelSection, TrainerSection
 from learner.ppo import RowBatch, explained_variance, ppo_update, sampling_probs
 from learner.schedules import UpdateSchedule, anneal_beta, learning_rate
-from policies.mlp import make_policy
+from policies.factory import make_policy
 
 # ---------------------------------------------------------------- sampling, schedules, explained variance
 

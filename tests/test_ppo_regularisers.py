@@ -16,7 +16,7 @@ from learner.losses import Minibatch, minibatch_losses
 from learner.ppo import RowBatch, current_logprobs, ppo_update, sampling_probs
 from learner.schedules import UpdateSchedule
 from learner.trainer import make_optimizer, make_reference, zero_value_head
-from policies.mlp import make_policy
+from policies.factory import make_policy
 from tests.test_ppo import HORIZON, ROWS, SPEC, log_softmax, make_case, make_trainer, reference_metrics
 
 

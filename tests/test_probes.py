@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from actors.envs.base import StepBuffers
-from actors.envs.probes import MemoryProbeVec, TruncationProbeVec
-from actors.envs.registry import env_spec, make_vec_env
+from envs.base import StepBuffers
+from envs.probes import MemoryProbeVec, TruncationProbeVec
+from envs.registry import env_spec, make_vec_env
 from configs.env_config import EnvConfig
 from configs.loader import load_config
 from configs.plan import make_plan

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from learner.ratings import (MatchResults, fit_ratings, plot_elo_over_snapshots, plot_win_rate_heatmap,
+from evaluation.ratings import (MatchResults, fit_ratings, plot_elo_over_snapshots, plot_win_rate_heatmap,
                              win_probability, win_rate_matrix, write_tables)
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from actors.assembler import RowAssembler
-from actors.envs.base import StepBuffers
-from actors.envs.connect_four import ConnectFourVec
+from envs.base import StepBuffers
+from envs.connect_four import ConnectFourVec
 from actors.inference import Inference
 from actors.opponents import OpponentAssignment, OpponentCache, Opponents, learner_seats, policy_from_file
 from actors.recurrent_state import AgentStates
@@ -20,7 +20,7 @@ from actors.stepper import GroupStepper, Pending
 from configs.schema import ModelSection, SelfPlaySection
 from learner.pool import SnapshotStore
 from learner.pool_server import PoolService
-from policies.mlp import make_policy, state_arrays
+from policies.factory import make_policy, state_arrays
 from protocol import Message, MessageType, ProtocolError
 
 SPEC = ConnectFourVec.SPEC

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from actors.assembler import RowAssembler
-from actors.envs.base import EnvSpec, StepBuffers
-from actors.envs.spaces import ActionSpace
+from envs.base import EnvSpec, StepBuffers
+from envs.spaces import ActionSpace
 from actors.inference import Inference
 from actors.recurrent_state import AgentStates
 from actors.stepper import GroupStepper, Pending

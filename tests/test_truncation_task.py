@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 import torch
 
-from actors.envs.registry import env_spec
+from envs.registry import env_spec
 from configs.loader import load_config
 from learner.checkpoint import list_checkpoints, load_checkpoint
-from policies.mlp import make_policy
+from policies.factory import make_policy
 from tests.processes import REPO, alive, descendants, free_port_triple, kill_tree, shm_segments, start, wait_for
 
 CONFIG = REPO / "configs" / "probe_truncation.yaml"

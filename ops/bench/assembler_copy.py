@@ -40,7 +40,7 @@ import numba
 import numpy as np
 
 from actors.assembler import RowAssembler, _add_steps_kernel
-from actors.envs.registry import env_spec
+from envs.registry import env_spec
 from benchlib import emit
 from configs.loader import load_config
 from configs.plan import make_plan

@@ -1,6 +1,6 @@
 """Baseline: per-agent episode return of a uniformly random policy on a gridworld run config.
 
-Builds the env exactly as a run config does (``configs.loader`` + ``actors.envs.registry.make_vec_env``),
+Builds the env exactly as a run config does (``configs.loader`` + ``envs.registry.make_vec_env``),
 steps it with uniformly random actions from a seeded NumPy generator until at least ``--episodes`` agent
 episodes have finished, and prints one JSON object with the mean and std of the per-agent episode return.
 A trained policy should beat this mean by a margin well outside the std.
@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from actors.envs.base import StepBuffers
-from actors.envs.registry import make_vec_env
+from envs.base import StepBuffers
+from envs.registry import make_vec_env
 from configs.loader import load_config
 
 

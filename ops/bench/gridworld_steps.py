@@ -14,8 +14,8 @@ import time
 
 import numpy as np
 
-from actors.envs.base import StepBuffers
-from actors.envs.gridworld import GridworldVec
+from envs.base import StepBuffers
+from envs.gridworld import GridworldVec
 from benchlib import machine
 
 

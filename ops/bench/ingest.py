@@ -46,7 +46,7 @@ import numpy as np
 import torch
 import zmq
 
-from actors.envs.registry import env_spec
+from envs.registry import env_spec
 from benchlib import emit
 from configs.loader import load_config
 from configs.plan import make_plan
@@ -54,7 +54,7 @@ from learner.ingest import BatchBuffers, Ingest
 from learner.ppo import ppo_update
 from learner.schedules import schedule_for
 from learner.trainer import make_optimizer, make_reference, to_batch
-from policies.mlp import make_policy
+from policies.factory import make_policy
 from protocol import Limits, Message, MessageType, decode, encode
 from protocol.rows import row_array_specs
 

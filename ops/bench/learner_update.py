@@ -18,15 +18,15 @@ import time
 import numpy as np
 import torch
 
-from actors.envs.registry import env_spec
-from actors.envs.base import EnvSpec
+from envs.registry import env_spec
+from envs.base import EnvSpec
 from configs.loader import load_config
 from configs.plan import make_plan
 from learner.losses import minibatch_losses
 from learner.ppo import RowBatch, ppo_update
 from learner.schedules import schedule_for
 from learner.trainer import make_optimizer
-from policies.mlp import make_policy
+from policies.factory import make_policy
 
 
 def synthetic_batch(policy: torch.nn.Module, spec: EnvSpec, segments: int, horizon: int, device: torch.device,

@@ -1,6 +1,6 @@
 """Peer benchmark: PufferLib's vectorisation (pufferlib-core, Multiprocessing backend) against our actor host.
 
-Same envs (our own numba CartPole / gridworld code, built by ``actors.envs.registry.make_vec_env`` from the
+Same envs (our own numba CartPole / gridworld code, built by ``envs.registry.make_vec_env`` from the
 same run configs), same number of worker processes, same number of envs per worker, same machine, one run:
 
 * **PufferLib**: ``ops/bench/pufferlib_side.py`` runs in its own virtual environment (``.bench/pufferlib-venv``,
@@ -47,7 +47,7 @@ our venv uses (pufferlib-core's own pin, torch==2.9.0, would pull GBs of CUDA wh
 --no-deps). Its other requirements (rich, rich-argparse, nvidia-ml-py, pyro-ppl) serve its
 trainer and CLI only; the vector module needs numpy, gymnasium and psutil."""
 ENV_CODE_DEPS = ("numpy", "numba", "gymnasium", "pyyaml", "pettingzoo", "psutil")
-"""What `actors.envs.registry` (our env code and its adapters), `configs.loader` and pufferlib.vector import;
+"""What `envs.registry` (our env code and its adapters), `configs.loader` and pufferlib.vector import;
 numpy/numba/gymnasium/pettingzoo pinned to the versions of our own venv so both sides run the same kernels."""
 
 ENV_NAMES = ("cartpole", "grid3", "grid24")
@@ -80,7 +80,7 @@ def _requirements() -> list[list[str]]:
 def _venv_ready(stamp: Path, wanted: str) -> bool:
     if not PEER_PY.exists() or not stamp.exists() or stamp.read_text() != wanted:
         return False
-    check = subprocess.run([str(PEER_PY), "-c", "import pufferlib.vector, actors.envs.registry, configs.loader"],
+    check = subprocess.run([str(PEER_PY), "-c", "import pufferlib.vector, envs.registry, configs.loader"],
                            cwd="/", capture_output=True, text=True)
     if check.returncode != 0:
         log(f"peer venv exists but does not import: {check.stderr.strip().splitlines()[-1:]}")
@@ -106,7 +106,7 @@ def ensure_peer_venv() -> None:
         subprocess.run(pip + args, check=True, stdout=sys.stderr, stderr=sys.stderr)
     stamp.write_text(wanted)
     if not _venv_ready(stamp, wanted):
-        raise SystemExit("peer venv was built but `import pufferlib.vector, actors.envs.registry` fails")
+        raise SystemExit("peer venv was built but `import pufferlib.vector, envs.registry` fails")
 
 
 # -- runs -----------------------------------------------------------------------------------------------------

@@ -37,8 +37,8 @@ import numpy as np
 import zmq
 
 from benchlib import emit
-from actors.envs.base import StepBuffers
-from actors.envs.registry import env_spec, make_vec_env
+from envs.base import StepBuffers
+from envs.registry import env_spec, make_vec_env
 from configs.loader import config_to_dict, load_config
 from configs.plan import make_plan
 from configs.schema import RunConfig
@@ -51,7 +51,7 @@ ENVS: dict[str, tuple[str, list[str]]] = {
     "cartpole": ("configs/cartpole.yaml", []),
     "grid3": ("configs/grid_3agents.yaml", []),
     "grid24": ("configs/grid_24agents.yaml", []),
-    "synthetic20us": ("configs/cartpole.yaml", ["env.name=native", "env.entry_point=actors.envs.synthetic:SyntheticVec",
+    "synthetic20us": ("configs/cartpole.yaml", ["env.name=native", "env.entry_point=envs.synthetic:SyntheticVec",
                                                 "env.kwargs={step_us: 20}"]),
 }
 """Benchmark env name -> (run config, overrides)."""

@@ -1,6 +1,6 @@
 """The PufferLib side of ops/bench/peer_pufferlib.py; runs INSIDE the peer venv (.bench/pufferlib-venv).
 
-Wraps one batch of Sluice's own vectorised env (``actors.envs.registry.make_vec_env``) as a native
+Wraps one batch of Sluice's own vectorised env (``envs.registry.make_vec_env``) as a native
 ``pufferlib.PufferEnv`` whose agents are all the batch's agent slots (CartPole: E envs = E agents;
 gridworld: E envs x A agents) and steps it with pufferlib-core's ``pufferlib.vector.Multiprocessing``
 backend, one such env per worker process, with uniformly random actions drawn per step in the main
@@ -34,8 +34,8 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:  # the venv has sluice installed editable; this is for a non-editable copy
     sys.path.insert(0, str(REPO))
 
-from actors.envs.base import StepBuffers  # noqa: E402
-from actors.envs.registry import make_vec_env  # noqa: E402
+from envs.base import StepBuffers  # noqa: E402
+from envs.registry import make_vec_env  # noqa: E402
 from configs.loader import load_config  # noqa: E402
 
 ENV_CONFIGS = {

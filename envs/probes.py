@@ -8,7 +8,7 @@
   steps later an answer flag appears and the action taken there ends the episode with reward +1 if it
   names the cue, else -1. A policy without memory averages 0, one with memory 1.
 
-Both follow the ``VecEnv`` contract of ``actors.envs.base`` like ``CartPoleVec``: they write into caller-owned
+Both follow the ``VecEnv`` contract of ``envs.base`` like ``CartPoleVec``: they write into caller-owned
 ``StepBuffers`` (in place, never rebinding an array), auto-reset inside ``step`` and are stepped with whole-array
 NumPy operations (no per-env Python loop). Every env of one instance starts its episodes together and all
 episodes have the same length, so all envs end their episodes on the same step.
@@ -21,8 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from actors.envs.base import EnvSpec, StepBuffers
-from actors.envs.spaces import ActionSpace
+from envs.base import EnvSpec, StepBuffers
+from envs.spaces import ActionSpace
+from envs.errors import EnvConfigError
 
 MEMORY_DEFAULT_DELAY = 8
 """Steps between the cue and the answer observation when env.kwargs has no 'delay'."""
@@ -35,7 +36,7 @@ def _check_actions(name: str, actions: np.ndarray, num_actions: int) -> None:
     bad = (actions < 0) | (actions >= num_actions)
     if bad.any():
         i = int(np.argmax(bad))
-        raise ValueError(f"{name}: action {int(actions[i])} for env {i} is out of range; "
+        raise EnvConfigError(f"{name}: action {int(actions[i])} for env {i} is out of range; "
                          f"actions must be 0 or 1")
 
 
@@ -43,11 +44,11 @@ def memory_delay(kwargs: Mapping[str, Any]) -> int:
     """The validated ``delay`` of probe_memory's ``env.kwargs`` (ValueError naming the key and what is allowed)."""
     unknown = sorted(str(k) for k in kwargs if k not in MEMORY_KWARGS)
     if unknown:
-        raise ValueError(f"env.kwargs for env 'probe_memory' has unknown keys {unknown}; "
+        raise EnvConfigError(f"env.kwargs for env 'probe_memory' has unknown keys {unknown}; "
                          f"the only allowed key is 'delay'")
     delay = kwargs.get("delay", MEMORY_DEFAULT_DELAY)
     if isinstance(delay, bool) or not isinstance(delay, (int, np.integer)) or delay < 1:
-        raise ValueError(f"env.kwargs.delay for env 'probe_memory' must be an integer >= 1, got {delay!r}")
+        raise EnvConfigError(f"env.kwargs.delay for env 'probe_memory' must be an integer >= 1, got {delay!r}")
     return int(delay)
 
 
@@ -59,9 +60,9 @@ class TruncationProbeVec:
     def __init__(self, num_envs: int, *, max_steps: int) -> None:
         """Create ``num_envs`` envs whose episodes are cut after exactly ``max_steps`` (>= 1) steps."""
         if num_envs <= 0:
-            raise ValueError(f"TruncationProbeVec needs num_envs >= 1, got {num_envs}")
+            raise EnvConfigError(f"TruncationProbeVec needs num_envs >= 1, got {num_envs}")
         if isinstance(max_steps, bool) or not isinstance(max_steps, (int, np.integer)) or max_steps < 1:
-            raise ValueError(f"env.max_steps for env 'probe_truncation' must be an integer >= 1 "
+            raise EnvConfigError(f"env.max_steps for env 'probe_truncation' must be an integer >= 1 "
                              f"(the time limit is the point of this probe), got {max_steps!r}")
         self.spec: EnvSpec = self.SPEC
         self.num_envs: int = num_envs
@@ -114,7 +115,7 @@ class MemoryProbeVec:
     def __init__(self, num_envs: int, *, delay: int = MEMORY_DEFAULT_DELAY) -> None:
         """Create ``num_envs`` envs whose answer comes ``delay`` (>= 1) steps after the cue."""
         if num_envs <= 0:
-            raise ValueError(f"MemoryProbeVec needs num_envs >= 1, got {num_envs}")
+            raise EnvConfigError(f"MemoryProbeVec needs num_envs >= 1, got {num_envs}")
         self.spec: EnvSpec = self.SPEC
         self.num_envs: int = num_envs
         self.delay: int = memory_delay({"delay": delay})

@@ -4,7 +4,7 @@
 ``fn(**env.kwargs)`` once per environment; each result must be a ``pettingzoo.ParallelEnv``. With
 ``num_agents = len(possible_agents)``, agent ``j`` (in ``possible_agents`` order) of env ``e`` is agent slot
 ``e * num_agents + j``. All agents must share one observation space and one action space; they map as
-``actors.envs.gym_spaces`` describes (dict observations with ``action_mask`` fill ``buffers.action_mask``).
+``envs.gym_spaces`` describes (dict observations with ``action_mask`` fill ``buffers.action_mask``).
 
 Agents that finish before the rest of their env (terminated or truncated, then gone from ``env.agents``):
 
@@ -28,9 +28,10 @@ from typing import Any
 import numpy as np
 from pettingzoo import ParallelEnv
 
-from actors.envs.base import EnvSpec, StepBuffers
-from actors.envs.entry_point import resolve_entry_point
-from actors.envs.gym_spaces import SpaceConverter, close_each, report_episode
+from envs.base import EnvSpec, StepBuffers
+from envs.entry_point import resolve_entry_point
+from envs.gym_spaces import SpaceConverter, close_each, report_episode
+from envs.errors import EnvConfigError, EnvRaised
 
 
 class PettingZooParallelAdapter:
@@ -39,7 +40,7 @@ class PettingZooParallelAdapter:
     def __init__(self, entry_point: str, num_envs: int, *, max_steps: int, kwargs: dict[str, Any]) -> None:
         """Build ``num_envs`` envs with the entry point and read their agents and spaces."""
         if num_envs <= 0:
-            raise ValueError(f"PettingZooParallelAdapter needs num_envs >= 1, got {num_envs}")
+            raise EnvConfigError(f"PettingZooParallelAdapter needs num_envs >= 1, got {num_envs}")
         fn = resolve_entry_point(entry_point, env_name="pettingzoo")
         self.label = f"pettingzoo env '{entry_point}'"
         self.num_envs = num_envs
@@ -75,11 +76,11 @@ class PettingZooParallelAdapter:
         try:
             env = fn(**kwargs)
         except Exception as exc:
-            raise RuntimeError(f"{self.label} (env {index}) raised in make(): {exc!r}") from exc
+            raise EnvRaised(f"{self.label} (env {index}) raised in make(): {exc!r}") from exc
         if not isinstance(env, ParallelEnv):
             with contextlib.suppress(Exception):  # it is not ours to use; closing is best effort
                 env.close()
-            raise ValueError(f"{self.label}: the entry point returned a {type(env).__module__}."
+            raise EnvConfigError(f"{self.label}: the entry point returned a {type(env).__module__}."
                              f"{type(env).__qualname__}, not a pettingzoo ParallelEnv (for an AEC env use "
                              f"its module's parallel_env, or wrap it with pettingzoo.utils.aec_to_parallel)")
         return env
@@ -87,10 +88,10 @@ class PettingZooParallelAdapter:
     def _check_agents(self) -> None:
         """ValueError unless every env has the same agents and all agents share one obs and one action space."""
         if not self.agents:
-            raise ValueError(f"{self.label}: possible_agents is empty")
+            raise EnvConfigError(f"{self.label}: possible_agents is empty")
         for e, env in enumerate(self._envs[1:], start=1):
             if tuple(env.possible_agents) != self.agents:
-                raise ValueError(f"{self.label}: env {e} has possible_agents {list(env.possible_agents)} but "
+                raise EnvConfigError(f"{self.label}: env {e} has possible_agents {list(env.possible_agents)} but "
                                  f"env 0 has {list(self.agents)}")
         env, first = self._envs[0], self.agents[0]
         for kind in ("observation", "action"):
@@ -98,7 +99,7 @@ class PettingZooParallelAdapter:
             reference = space_of(first)
             differ = [agent for agent in self.agents[1:] if space_of(agent) != reference]
             if differ:
-                raise ValueError(
+                raise EnvConfigError(
                     f"{self.label}: all agents must share one observation space and one action space, but the "
                     f"{kind} space of agents {differ} differs from {first!r}'s {reference!r} (e.g. "
                     f"{differ[0]!r} has {space_of(differ[0])!r})")
@@ -120,10 +121,10 @@ class PettingZooParallelAdapter:
         try:
             observations, _infos = self._envs[e].reset(seed=seed)
         except Exception as exc:
-            raise RuntimeError(f"{self.label} (env {e}) raised in reset(){during}: {exc!r}") from exc
+            raise EnvRaised(f"{self.label} (env {e}) raised in reset(){during}: {exc!r}") from exc
         missing = [agent for agent in self.agents if agent not in observations]
         if missing:
-            raise ValueError(f"{self.label} (env {e}) reset() returned no observation for agents {missing}; "
+            raise EnvConfigError(f"{self.label} (env {e}) reset() returned no observation for agents {missing}; "
                              f"every agent of possible_agents {list(self.agents)} must start each episode")
         base = self._base(e)
         for j, agent in enumerate(self.agents):
@@ -169,19 +170,19 @@ class PettingZooParallelAdapter:
         try:
             observations, rewards, terminations, truncations, _infos = env.step(actions)
         except Exception as exc:
-            raise RuntimeError(f"{self.label} (env {e}) raised in step(): {exc!r}") from exc
+            raise EnvRaised(f"{self.label} (env {e}) raised in step(): {exc!r}") from exc
         self._env_steps[e] += 1
         time_up = 0 < self.max_steps <= self._env_steps[e]
         remaining = set(env.agents)
         newcomers = sorted(remaining - set(acting))
         if newcomers:
-            raise ValueError(f"{self.label} (env {e}) step() returned with agents {newcomers} in env.agents that "
+            raise EnvConfigError(f"{self.label} (env {e}) step() returned with agents {newcomers} in env.agents that "
                              f"were not playing before the step; agents joining mid-episode are not supported")
         for agent in acting:
             slot = base + self._slot[agent]
             where = f"(env {e}, agent {agent!r})"
             if agent not in observations:
-                raise ValueError(f"{self.label} {where} step() returned no observation for an agent that acted")
+                raise EnvConfigError(f"{self.label} {where} step() returned no observation for an agent that acted")
             reward = float(rewards.get(agent, 0.0))
             self._returns[slot] += reward
             self._lengths[slot] += 1
@@ -190,7 +191,7 @@ class PettingZooParallelAdapter:
             obs = self._write_obs(buffers, slot, observations[agent], call="step", where=where)
             if not (terminated or truncated):
                 if agent not in remaining:
-                    raise ValueError(f"{self.label} {where} step() removed the agent from env.agents without "
+                    raise EnvConfigError(f"{self.label} {where} step() removed the agent from env.agents without "
                                      f"terminating or truncating it")
                 buffers.rewards[slot] = reward
                 continue

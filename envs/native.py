@@ -1,7 +1,7 @@
 """A user's own native vectorised env, built by ``env.entry_point`` and checked against the contract.
 
 ``env.name: native`` with ``env.entry_point: 'my_package.my_env:MyVecEnv'`` calls
-``MyVecEnv(num_envs=..., max_steps=..., **env.kwargs)``; what comes back must follow ``actors.envs.base.VecEnv``:
+``MyVecEnv(num_envs=..., max_steps=..., **env.kwargs)``; what comes back must follow ``envs.base.VecEnv``:
 an ``EnvSpec`` as ``.spec``, ``.num_envs`` as asked, and ``reset``/``step``/``close``. Every mismatch is a
 ValueError naming the entry point and what was expected. docs/ENVIRONMENTS.md walks through writing one.
 """
@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from actors.envs.base import EnvSpec, VecEnv
-from actors.envs.entry_point import resolve_entry_point
+from envs.base import EnvSpec, VecEnv
+from envs.entry_point import resolve_entry_point
+from envs.errors import EnvConfigError, EnvRaised
 
 
 def make_native_env(entry_point: str, num_envs: int, *, max_steps: int, kwargs: dict[str, Any]) -> VecEnv:
@@ -21,21 +22,21 @@ def make_native_env(entry_point: str, num_envs: int, *, max_steps: int, kwargs: 
     try:
         env = factory(num_envs=num_envs, max_steps=max_steps, **kwargs)
     except TypeError as exc:
-        raise ValueError(f"env '{label}' could not be built with num_envs={num_envs}, max_steps={max_steps} and "
+        raise EnvConfigError(f"env '{label}' could not be built with num_envs={num_envs}, max_steps={max_steps} and "
                          f"env.kwargs {sorted(kwargs)}: {exc}") from exc
     except Exception as exc:
-        raise RuntimeError(f"env '{label}' raised in make(): {exc!r}") from exc
+        raise EnvRaised(f"env '{label}' raised in make(): {exc!r}") from exc
     missing = [name for name in ("spec", "num_envs", "reset", "step", "close") if not hasattr(env, name)]
     problem = ""
     if missing:
         problem = f"it has no {', '.join(missing)}"
     elif not isinstance(env.spec, EnvSpec):
-        problem = f"its .spec is a {type(env.spec).__name__}, not an actors.envs.base.EnvSpec"
+        problem = f"its .spec is a {type(env.spec).__name__}, not an envs.base.EnvSpec"
     elif env.num_envs != num_envs:
         problem = f"it has num_envs={env.num_envs}, but {num_envs} were asked for"
     if problem:
         close = getattr(env, "close", None)
         if callable(close):
             close()
-        raise ValueError(f"env '{label}' does not follow the VecEnv contract (actors/envs/base.py): {problem}")
+        raise EnvConfigError(f"env '{label}' does not follow the VecEnv contract (envs/base.py): {problem}")
     return env

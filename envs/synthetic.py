@@ -4,7 +4,7 @@
 ``step_us`` microseconds per env, then writes a constant-size observation, reward 0 and, every
 ``max_steps`` steps, a truncation. With it, ``ops/bench/pipeline.py`` measures how much of a core the
 pipeline leaves to an env whose own cost is known exactly. Use it as a native env:
-``env.name: native``, ``env.entry_point: actors.envs.synthetic:SyntheticVec``, ``env.kwargs: {step_us: 20}``.
+``env.name: native``, ``env.entry_point: envs.synthetic:SyntheticVec``, ``env.kwargs: {step_us: 20}``.
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ import time
 
 import numpy as np
 
-from actors.envs.base import EnvSpec, StepBuffers
-from actors.envs.spaces import ActionSpace
+from envs.base import EnvSpec, StepBuffers
+from envs.spaces import ActionSpace
+from envs.errors import EnvConfigError
 
 
 class SyntheticVec:
@@ -23,7 +24,7 @@ class SyntheticVec:
     def __init__(self, num_envs: int, *, max_steps: int, step_us: float = 20.0, obs_size: int = 4,
                  num_actions: int = 2) -> None:
         if num_envs < 1 or step_us < 0 or obs_size < 1 or num_actions < 1:
-            raise ValueError(f"SyntheticVec needs num_envs >= 1, step_us >= 0, obs_size >= 1 and num_actions >= 1, "
+            raise EnvConfigError(f"SyntheticVec needs num_envs >= 1, step_us >= 0, obs_size >= 1 and num_actions >= 1, "
                              f"got {num_envs}, {step_us}, {obs_size}, {num_actions}")
         self.num_envs = num_envs
         self.max_steps = max_steps if max_steps > 0 else 500

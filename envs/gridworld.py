@@ -35,8 +35,9 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from actors.envs.base import EnvSpec, StepBuffers
-from actors.envs.spaces import ActionSpace
+from envs.base import EnvSpec, StepBuffers
+from envs.spaces import ActionSpace
+from envs.errors import EnvConfigError
 
 EMPTY, WALL, RESOURCE, CONVERTER, DEPLETED = 0, 1, 2, 3, 4
 NUM_CHANNELS = 6
@@ -62,12 +63,12 @@ def grid_settings(kwargs: Mapping[str, Any], num_agents: int) -> dict[str, int]:
     unknown = sorted(str(k) for k in kwargs if k not in GRID_KWARGS)
     if unknown:
         allowed = ", ".join(repr(k) for k in GRID_KWARGS)
-        raise ValueError(f"env.kwargs for env 'gridworld' has unknown keys {unknown}; allowed keys: {allowed}")
+        raise EnvConfigError(f"env.kwargs for env 'gridworld' has unknown keys {unknown}; allowed keys: {allowed}")
     for key, value in kwargs.items():
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-            raise ValueError(f"env.kwargs.{key} for env 'gridworld' must be an integer, got {value!r}")
+            raise EnvConfigError(f"env.kwargs.{key} for env 'gridworld' must be an integer, got {value!r}")
     if num_agents < 1:
-        raise ValueError(f"gridworld needs num_agents >= 1, got {num_agents}")
+        raise EnvConfigError(f"gridworld needs num_agents >= 1, got {num_agents}")
     side = int(kwargs.get("map_size", default_map_size(num_agents)))
     area = side * side
     settings = {
@@ -82,13 +83,13 @@ def grid_settings(kwargs: Mapping[str, Any], num_agents: int) -> dict[str, int]:
                "inventory_cap": 1}
     for key, low in minimum.items():
         if settings[key] < low:
-            raise ValueError(f"env.kwargs.{key} for env 'gridworld' must be >= {low}, got {settings[key]}")
+            raise EnvConfigError(f"env.kwargs.{key} for env 'gridworld' must be >= {low}, got {settings[key]}")
     if settings["inventory_cap"] > 255:
-        raise ValueError(f"env.kwargs.inventory_cap for env 'gridworld' must be <= 255, got "
+        raise EnvConfigError(f"env.kwargs.inventory_cap for env 'gridworld' must be <= 255, got "
                          f"{settings['inventory_cap']}")
     used = settings["num_walls"] + settings["num_resources"] + settings["num_converters"] + num_agents
     if used > (area * 3) // 4:
-        raise ValueError(
+        raise EnvConfigError(
             f"gridworld map too full: {settings['num_walls']} walls + {settings['num_resources']} resources + "
             f"{settings['num_converters']} converters + {num_agents} agents = {used} cells > 3/4 of the "
             f"{side}x{side} = {area} interior cells; raise env.kwargs.map_size or lower the counts")
@@ -282,9 +283,9 @@ class GridworldVec:
                  max_steps: int = DEFAULT_MAX_STEPS, kwargs: Mapping[str, Any] | None = None) -> None:
         """Create the envs; ``kwargs`` are the map settings of ``GRID_KWARGS`` (see ``grid_settings``)."""
         if num_envs <= 0:
-            raise ValueError(f"GridworldVec needs num_envs >= 1, got {num_envs}")
+            raise EnvConfigError(f"GridworldVec needs num_envs >= 1, got {num_envs}")
         if obs_height < 1 or obs_width < 1:
-            raise ValueError(f"gridworld obs window must be at least 1x1, got {obs_height}x{obs_width}")
+            raise EnvConfigError(f"gridworld obs window must be at least 1x1, got {obs_height}x{obs_width}")
         settings = grid_settings(kwargs or {}, num_agents)
         self.settings = settings
         self.spec = self.spec_for(num_agents, obs_height, obs_width)
@@ -336,7 +337,7 @@ class GridworldVec:
         )
         if code < 0:
             i = -1 - code
-            raise ValueError(f"GridworldVec: action {int(buffers.actions[i])} for agent slot {i} is out of "
+            raise EnvConfigError(f"GridworldVec: action {int(buffers.actions[i])} for agent slot {i} is out of "
                              f"range; actions must be in [0, {NUM_ACTIONS})")
 
     def close(self) -> None:
@@ -355,7 +356,7 @@ class GridworldVec:
         """
         e = env_index
         if len(rows) > self.side or any(len(row) > self.side for row in rows):
-            raise ValueError(f"set_map: rows must fit the {self.side}x{self.side} interior")
+            raise EnvConfigError(f"set_map: rows must fit the {self.side}x{self.side} interior")
         m = self.margin
         self._tiles[e, m:m + self.side, m:m + self.side] = WALL
         self._timers[e] = 0
@@ -374,13 +375,13 @@ class GridworldVec:
                     continue
                 a = int(ch, 36)
                 if a >= self.num_agents or a in seen:
-                    raise ValueError(f"set_map: agent {ch!r} is out of range or repeated")
+                    raise EnvConfigError(f"set_map: agent {ch!r} is out of range or repeated")
                 seen.append(a)
                 self._tiles[e, gy, gx] = EMPTY
                 self._amap[e, gy, gx] = a
                 self._pos[e, a] = (gy, gx)
         if sorted(seen) != list(range(self.num_agents)):
-            raise ValueError(f"set_map: rows must place all {self.num_agents} agents, got {sorted(seen)}")
+            raise EnvConfigError(f"set_map: rows must place all {self.num_agents} agents, got {sorted(seen)}")
         self._orient[e] = 0 if orientations is None else np.asarray(orientations)
         self._inv[e] = 0 if inventories is None else np.asarray(inventories)
         if buffers is not None:

@@ -1,8 +1,8 @@
 """Head-to-head games between two players on a vectorised two-player turn-based env, in-process and batched.
 
-Used by ``learner/elo.py`` to rate self-play snapshots against each other and against fixed baselines.
+Used by ``evaluation/elo.py`` to rate self-play snapshots against each other and against fixed baselines.
 
-Env contract (what ``play_match`` relies on; ``actors/envs/connect_four.py`` implements it, and any VecEnv
+Env contract (what ``play_match`` relies on; ``envs/connect_four.py`` implements it, and any VecEnv
 that follows it works too): ``num_agents == 2``, env ``e`` has slots ``2e`` (seat 0, in Connect Four the
 player who moves first) and ``2e + 1`` (seat 1); on every step only the ``active`` slots' actions matter (the
 player to move); the step that ends a game reports ``episode_done`` with ``episode_return`` (> 0 win, < 0
@@ -27,9 +27,9 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import torch
 
-from actors.envs.base import EnvSpec, StepBuffers, VecEnv
-from actors.envs.connect_four_baselines import one_ply_moves, random_legal_moves
-from actors.envs.registry import make_vec_env
+from envs.base import EnvSpec, StepBuffers, VecEnv
+from envs.connect_four_baselines import one_ply_moves, random_legal_moves
+from envs.registry import make_vec_env
 from actors.inference import Inference
 from configs.env_config import EnvConfig
 from configs.schema import ModelSection

@@ -2,7 +2,7 @@
 
 ``env.entry_point`` names a callable that is called as ``fn(num_envs=num_envs, **env.kwargs)`` and must
 return a ``gymnasium.vector.VectorEnv`` of exactly ``num_envs`` sub-envs; sub-env ``i`` is agent slot ``i``.
-Spaces come from ``single_observation_space``/``single_action_space`` (see ``actors.envs.gym_spaces``).
+Spaces come from ``single_observation_space``/``single_action_space`` (see ``envs.gym_spaces``).
 
 How the vector env's ``metadata["autoreset_mode"]`` maps onto Sluice's contract (an episode end arrives with
 the first observation of the next episode; ``final_obs`` holds a truncated episode's last observation):
@@ -28,9 +28,10 @@ from typing import Any
 import numpy as np
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv
 
-from actors.envs.base import EnvSpec, StepBuffers
-from actors.envs.entry_point import resolve_entry_point
-from actors.envs.gym_spaces import SpaceConverter, report_episode
+from envs.base import EnvSpec, StepBuffers
+from envs.entry_point import resolve_entry_point
+from envs.gym_spaces import SpaceConverter, report_episode
+from envs.errors import EnvConfigError, EnvRaised
 
 
 class GymnasiumVectorAdapter:
@@ -39,7 +40,7 @@ class GymnasiumVectorAdapter:
     def __init__(self, entry_point: str, num_envs: int, *, max_steps: int, kwargs: dict[str, Any]) -> None:
         """Call the entry point, check what it built, and read its spaces (ValueError if unsupported)."""
         if num_envs <= 0:
-            raise ValueError(f"GymnasiumVectorAdapter needs num_envs >= 1, got {num_envs}")
+            raise EnvConfigError(f"GymnasiumVectorAdapter needs num_envs >= 1, got {num_envs}")
         fn = resolve_entry_point(entry_point, env_name="gymnasium_vector")
         env_id = kwargs.get("id")
         self.label = f"gymnasium_vector env '{entry_point}'" + (f" (id {env_id!r})" if isinstance(env_id, str) else "")
@@ -48,7 +49,7 @@ class GymnasiumVectorAdapter:
         try:
             env = fn(num_envs=num_envs, **kwargs)
         except Exception as exc:
-            raise RuntimeError(f"{self.label} raised in make(): {exc!r}") from exc
+            raise EnvRaised(f"{self.label} raised in make(): {exc!r}") from exc
         self._env: Any = env
         try:
             self._check_env(env)
@@ -71,11 +72,11 @@ class GymnasiumVectorAdapter:
     def _check_env(self, env: Any) -> None:
         """ValueError unless ``env`` is a VectorEnv with ``num_envs`` sub-envs."""
         if not isinstance(env, VectorEnv):
-            raise ValueError(f"{self.label}: the entry point returned a {type(env).__module__}."
+            raise EnvConfigError(f"{self.label}: the entry point returned a {type(env).__module__}."
                              f"{type(env).__qualname__}, not a gymnasium.vector.VectorEnv (for a single "
                              f"env use env.name 'gymnasium' with env.gym_id)")
         if env.num_envs != self.num_envs:
-            raise ValueError(f"{self.label}: the entry point was asked for num_envs={self.num_envs} but "
+            raise EnvConfigError(f"{self.label}: the entry point was asked for num_envs={self.num_envs} but "
                              f"returned a VectorEnv with num_envs={env.num_envs}")
 
     def _autoreset_mode(self, env: Any) -> AutoresetMode:
@@ -84,11 +85,11 @@ class GymnasiumVectorAdapter:
         try:
             mode = AutoresetMode(value)
         except ValueError as exc:
-            raise ValueError(f"{self.label}: metadata['autoreset_mode'] is {value!r}; expected one of "
+            raise EnvConfigError(f"{self.label}: metadata['autoreset_mode'] is {value!r}; expected one of "
                              f"{[m.value for m in AutoresetMode]}") from exc
         masked_reset = mode == AutoresetMode.DISABLED or isinstance(env.unwrapped, (SyncVectorEnv, AsyncVectorEnv))
         if self.max_steps > 0 and not masked_reset:
-            raise ValueError(
+            raise EnvConfigError(
                 f"{self.label}: env.max_steps={self.max_steps} (the adapter's time limit) needs a vector env that "
                 f"resets single sub-envs with reset(options={{'reset_mask': ...}}) (SyncVectorEnv, AsyncVectorEnv, "
                 f"or autoreset_mode DISABLED), but this is a {type(env.unwrapped).__name__} in mode "
@@ -101,7 +102,7 @@ class GymnasiumVectorAdapter:
         try:
             raw, _infos = self._env.reset(seed=seed)
         except Exception as exc:
-            raise RuntimeError(f"{self.label} raised in reset(): {exc!r}") from exc
+            raise EnvRaised(f"{self.label} raised in reset(): {exc!r}") from exc
         obs, mask = self._spaces.batch_obs_and_mask(raw, self.num_envs, call="reset")
         buffers.clear_step_outputs()
         buffers.obs[:] = obs
@@ -123,12 +124,12 @@ class GymnasiumVectorAdapter:
         try:
             raw, rewards, terminated, truncated, infos = result
         except (TypeError, ValueError) as exc:
-            raise ValueError(f"{self.label} step() returned {type(result).__name__}; expected the 5-tuple "
+            raise EnvConfigError(f"{self.label} step() returned {type(result).__name__}; expected the 5-tuple "
                              f"(obs, rewards, terminations, truncations, infos)") from exc
         arrays = [np.asarray(rewards, dtype=np.float64), np.asarray(terminated), np.asarray(truncated)]
         for name, array in zip(("rewards", "terminations", "truncations"), arrays):
             if array.shape != (self.num_envs,):
-                raise ValueError(f"{self.label} step() returned {name} with shape {array.shape}; expected "
+                raise EnvConfigError(f"{self.label} step() returned {name} with shape {array.shape}; expected "
                                  f"({self.num_envs},)")
         return raw, arrays[0], arrays[1].astype(bool), arrays[2].astype(bool), infos
 
@@ -137,7 +138,7 @@ class GymnasiumVectorAdapter:
         final = infos.get("final_obs")
         present = infos.get("_final_obs")
         if final is None or (present is not None and not present[index]):
-            raise ValueError(f"{self.label} (env {index}) step() returned no infos['final_obs'] for a sub-env whose "
+            raise EnvConfigError(f"{self.label} (env {index}) step() returned no infos['final_obs'] for a sub-env whose "
                              f"episode ended (autoreset_mode SAME_STEP)")
         return final[index]
 
@@ -147,7 +148,7 @@ class GymnasiumVectorAdapter:
         try:
             result = self._env.step(actions)
         except Exception as exc:
-            raise RuntimeError(f"{self.label} raised in step(): {exc!r}") from exc
+            raise EnvRaised(f"{self.label} raised in step(): {exc!r}") from exc
         raw, rewards, env_terminated, env_truncated, infos = self._step_arrays(result)
         obs, mask = self._spaces.batch_obs_and_mask(raw, self.num_envs, call="step")
         was_resetting = self._resetting.copy()
@@ -211,7 +212,7 @@ class GymnasiumVectorAdapter:
         try:
             raw, _infos = self._env.reset(options={"reset_mask": reset_mask.copy()})
         except Exception as exc:
-            raise RuntimeError(f"{self.label} raised in reset() (options reset_mask={reset_mask.tolist()}, "
+            raise EnvRaised(f"{self.label} raised in reset() (options reset_mask={reset_mask.tolist()}, "
                                f"auto-reset during step()): {exc!r}") from exc
         obs, mask = self._spaces.batch_obs_and_mask(raw, self.num_envs, call="reset")
         buffers.obs[reset_mask] = obs[reset_mask]
@@ -226,5 +227,5 @@ class GymnasiumVectorAdapter:
         try:
             env.close()
         except Exception as exc:
-            raise RuntimeError(f"{self.label} raised in close(): {exc!r}") from exc
+            raise EnvRaised(f"{self.label} raised in close(): {exc!r}") from exc
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from envs.errors import EnvConfigError
 
 ACTION_KINDS = ("discrete", "multi_discrete", "box")
 
@@ -37,18 +38,18 @@ class ActionSpace:
 
     def __post_init__(self) -> None:
         if self.kind not in ACTION_KINDS:
-            raise ValueError(f"action space kind {self.kind!r}; allowed: {', '.join(map(repr, ACTION_KINDS))}")
+            raise EnvConfigError(f"action space kind {self.kind!r}; allowed: {', '.join(map(repr, ACTION_KINDS))}")
         if self.kind == "box":
             if self.nvec or not self.low or len(self.low) != len(self.high):
-                raise ValueError("a box action space needs low and high of one equal, nonzero length and no nvec")
+                raise EnvConfigError("a box action space needs low and high of one equal, nonzero length and no nvec")
             if any(not lo <= hi for lo, hi in zip(self.low, self.high)):
-                raise ValueError(f"box action bounds need low <= high, got low={self.low} high={self.high}")
+                raise EnvConfigError(f"box action bounds need low <= high, got low={self.low} high={self.high}")
         else:
             if not self.nvec or any(n < 1 for n in self.nvec) or self.low or self.high:
-                raise ValueError(f"a {self.kind} action space needs nvec of positive sizes and no bounds, "
+                raise EnvConfigError(f"a {self.kind} action space needs nvec of positive sizes and no bounds, "
                                  f"got nvec={self.nvec}")
             if self.kind == "discrete" and len(self.nvec) != 1:
-                raise ValueError(f"a discrete action space has one component, got nvec={self.nvec}")
+                raise EnvConfigError(f"a discrete action space has one component, got nvec={self.nvec}")
 
     @staticmethod
     def discrete(n: int) -> "ActionSpace":
@@ -88,7 +89,7 @@ class ActionSpace:
     def num_actions(self) -> int:
         """Choices of a discrete space (ValueError for the other kinds)."""
         if self.kind != "discrete":
-            raise ValueError(f"num_actions is defined for discrete action spaces, this one is {self.kind}")
+            raise EnvConfigError(f"num_actions is defined for discrete action spaces, this one is {self.kind}")
         return self.nvec[0]
 
     @property
@@ -117,5 +118,5 @@ class ActionSpace:
         bad = (actions < 0) | (actions >= nvec)
         if bad.any():
             index = tuple(int(i) for i in np.argwhere(bad)[0])
-            raise ValueError(f"{who}: action {actions[index]} at index {index} is out of range for "
+            raise EnvConfigError(f"{who}: action {actions[index]} at index {index} is out of range for "
                              f"{self.describe()}")

@@ -26,19 +26,20 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from actors.envs.base import EnvSpec, StepBuffers
-from actors.envs.spaces import ActionSpace
+from envs.base import EnvSpec, StepBuffers
+from envs.spaces import ActionSpace
+from envs.errors import EnvConfigError, EnvRaised
 
 SUPPORTED = ("supported: Box observation spaces (any dtype), or Dict observation spaces with exactly the keys "
              "'observation' (a Box) and 'action_mask' (a Box or MultiBinary of sum(nvec) flags); Discrete, "
              "MultiDiscrete (1-D nvec) and Box (float dtype, 1-D shape) action spaces")
 
 
-def _unsupported(label: str, which: str, space: spaces.Space, why: str = "") -> ValueError:
+def _unsupported(label: str, which: str, space: spaces.Space, why: str = "") -> EnvConfigError:
     """The ValueError for a space Sluice cannot carry."""
     detail = f"; {why}" if why else ""
     text = " ".join(repr(space).split())  # one line, even for multi-dimensional nvec
-    return ValueError(f"{label}: {which} space is {text} ({type(space).__name__}){detail}; {SUPPORTED}")
+    return EnvConfigError(f"{label}: {which} space is {text} ({type(space).__name__}){detail}; {SUPPORTED}")
 
 
 def _action_space(label: str, space: spaces.Space) -> ActionSpace:
@@ -137,7 +138,7 @@ class SpaceConverter:
         if bad.any():
             row = int(np.flatnonzero(bad)[0])
             value = actions[row].tolist()
-            raise ValueError(f"{self.label} {where(row)}: action {value} {text}")
+            raise EnvConfigError(f"{self.label} {where(row)}: action {value} {text}")
 
     def to_env_actions(self, actions: np.ndarray) -> np.ndarray:
         """Sluice actions ``[B, *action.shape]`` as the env's batched actions (start added / clipped, env dtype)."""
@@ -172,20 +173,20 @@ class SpaceConverter:
         if self._dict_obs:
             if not isinstance(raw, Mapping) or "observation" not in raw or "action_mask" not in raw:
                 got = sorted(raw) if isinstance(raw, Mapping) else type(raw).__name__
-                raise ValueError(f"{prefix} {noun} of {got}; expected a dict with keys 'observation' and "
+                raise EnvConfigError(f"{prefix} {noun} of {got}; expected a dict with keys 'observation' and "
                                  f"'action_mask' (from its {self.source})")
             raw, mask_raw = raw["observation"], raw["action_mask"]
         obs = np.asarray(raw)
         expected = (*lead, *self.spec.obs_shape)
         if obs.shape != expected or obs.dtype != self._obs_dtype:
-            raise ValueError(f"{prefix} {noun} with shape {obs.shape} dtype {obs.dtype}; expected shape "
+            raise EnvConfigError(f"{prefix} {noun} with shape {obs.shape} dtype {obs.dtype}; expected shape "
                              f"{expected} dtype {self.spec.obs_dtype} (from its {self.source})")
         if mask_raw is None:
             return obs, None
         mask = np.asarray(mask_raw)
         expected = (*lead, self.spec.mask_size)
         if mask.shape != expected or mask.dtype.kind not in "biuf":
-            raise ValueError(f"{prefix} an action mask with shape {mask.shape} dtype {mask.dtype}; expected "
+            raise EnvConfigError(f"{prefix} an action mask with shape {mask.shape} dtype {mask.dtype}; expected "
                              f"shape {expected} of 0/1 flags (sum(nvec) per agent, from its {self.source})")
         return obs, (mask != 0).astype(np.uint8)
 
@@ -199,7 +200,7 @@ def close_each(envs: list, label: str) -> None:
         except Exception as exc:  # keep closing the others
             first_error = first_error or exc
     if first_error is not None:
-        raise RuntimeError(f"{label} raised in close(): {first_error!r}") from first_error
+        raise EnvRaised(f"{label} raised in close(): {first_error!r}") from first_error
 
 
 def report_episode(buffers: StepBuffers, slot: int, returns: np.ndarray, lengths: np.ndarray) -> None:

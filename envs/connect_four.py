@@ -38,7 +38,7 @@ Rewards and episode ends (each player's episode is one game; its steps are its o
 
 Episode statistics (the same values in both players' reports): ``first_player_won``, ``second_player_won``,
 ``draw`` (0/1; all 0 for a truncated game) and ``moves`` (stones played in the game). Nothing is random, so
-``reset``'s seed is unused. Baseline opponents live in ``actors/envs/connect_four_baselines.py``.
+``reset``'s seed is unused. Baseline opponents live in ``envs/connect_four_baselines.py``.
 """
 
 from __future__ import annotations
@@ -46,8 +46,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from actors.envs.base import EnvSpec, StepBuffers
-from actors.envs.spaces import ActionSpace
+from envs.base import EnvSpec, StepBuffers
+from envs.spaces import ActionSpace
+from envs.errors import EnvConfigError
 
 ROWS, COLS = 6, 7
 CELLS = ROWS * COLS
@@ -212,7 +213,7 @@ class ConnectFourVec:
     def __init__(self, num_envs: int, *, max_steps: int = 0) -> None:
         """``max_steps``: moves after which a game is truncated; ``<= 0`` or ``>= 42`` means no limit."""
         if num_envs < 1:
-            raise ValueError(f"ConnectFourVec needs num_envs >= 1, got {num_envs}")
+            raise EnvConfigError(f"ConnectFourVec needs num_envs >= 1, got {num_envs}")
         check_max_steps(max_steps)
         self.spec = self.SPEC
         self.num_envs = num_envs
@@ -253,7 +254,7 @@ class ConnectFourVec:
             slot = 2 * e + player
             col = int(buffers.actions[slot])
             why = "is full" if 0 <= col < COLS else f"is out of range [0, {COLS})"
-            raise ValueError(f"ConnectFourVec: env {e}, agent slot {slot} (player {player + 1} to move): "
+            raise EnvConfigError(f"ConnectFourVec: env {e}, agent slot {slot} (player {player + 1} to move): "
                              f"illegal move, column {col} {why}")
 
     def close(self) -> None:
@@ -273,5 +274,5 @@ class ConnectFourVec:
 def check_max_steps(max_steps: int) -> None:
     """ValueError for ``max_steps == 1`` (the second player would never move)."""
     if max_steps == 1:
-        raise ValueError("env.max_steps for env 'connect_four' must be >= 2 (or <= 0 for no limit; games end by "
+        raise EnvConfigError("env.max_steps for env 'connect_four' must be >= 2 (or <= 0 for no limit; games end by "
                          "42 moves anyway), got 1: with 1 the second player would never move")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from typing import Any
+from envs.errors import EnvConfigError
 
 EXAMPLE = "mpe2.simple_spread_v3:parallel_env"
 
@@ -21,20 +22,20 @@ def resolve_entry_point(text: str, *, env_name: str) -> Callable[..., Any]:
     attrs = attr_path.split(".")
     if (not sep or ":" in attr_path or not module_name.strip() or not all(a.isidentifier() for a in attrs)
             or not all(part.isidentifier() for part in module_name.split("."))):
-        raise ValueError(f"{where} must look like 'module:callable' (a dotted module path, a colon, then an "
+        raise EnvConfigError(f"{where} must look like 'module:callable' (a dotted module path, a colon, then an "
                          f"attribute path), e.g. {EXAMPLE!r}")
     try:
         obj: Any = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ValueError(f"{where}: module {module_name!r} cannot be imported: {exc}") from exc
+        raise EnvConfigError(f"{where}: module {module_name!r} cannot be imported: {exc}") from exc
     except Exception as exc:  # a module that fails while running its top level is a config error too
-        raise ValueError(f"{where}: importing module {module_name!r} raised {exc!r}") from exc
+        raise EnvConfigError(f"{where}: importing module {module_name!r} raised {exc!r}") from exc
     for depth, attr in enumerate(attrs):
         try:
             obj = getattr(obj, attr)
         except AttributeError as exc:
             owner = ".".join([module_name, *attrs[:depth]])
-            raise ValueError(f"{where}: {owner!r} has no attribute {attr!r}") from exc
+            raise EnvConfigError(f"{where}: {owner!r} has no attribute {attr!r}") from exc
     if not callable(obj):
-        raise ValueError(f"{where}: {module_name}:{attr_path} is not callable (its type is {type(obj).__name__})")
+        raise EnvConfigError(f"{where}: {module_name}:{attr_path} is not callable (its type is {type(obj).__name__})")
     return obj

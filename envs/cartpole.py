@@ -14,8 +14,9 @@ import math
 import numpy as np
 from numba import njit
 
-from actors.envs.base import EnvSpec, StepBuffers
-from actors.envs.spaces import ActionSpace
+from envs.base import EnvSpec, StepBuffers
+from envs.spaces import ActionSpace
+from envs.errors import EnvConfigError
 
 GRAVITY = 9.8
 MASSCART = 1.0
@@ -122,7 +123,7 @@ class CartPoleVec:
     def __init__(self, num_envs: int, *, max_steps: int = DEFAULT_MAX_STEPS) -> None:
         """Create ``num_envs`` envs truncated after ``max_steps`` steps (``<= 0``: CartPole-v1's 500)."""
         if num_envs <= 0:
-            raise ValueError(f"CartPoleVec needs num_envs >= 1, got {num_envs}")
+            raise EnvConfigError(f"CartPoleVec needs num_envs >= 1, got {num_envs}")
         self.spec: EnvSpec = self.SPEC
         self.num_envs: int = num_envs
         self.max_steps: int = max_steps if max_steps > 0 else DEFAULT_MAX_STEPS
@@ -170,7 +171,7 @@ class CartPoleVec:
         )
         if pos < 0:
             i = -1 - pos
-            raise ValueError(
+            raise EnvConfigError(
                 f"CartPoleVec: action {int(buffers.actions[i])} for env {i} is out of range; actions must be 0 or 1"
             )
         self._pool_pos = pos
@@ -185,7 +186,7 @@ class CartPoleVec:
         """
         value = np.asarray(state, dtype=np.float64)
         if value.shape != (4,):
-            raise ValueError(f"CartPoleVec.set_state expects a state of shape (4,), got {value.shape}")
+            raise EnvConfigError(f"CartPoleVec.set_state expects a state of shape (4,), got {value.shape}")
         self._state[env_index] = value
 
     def get_state(self, env_index: int) -> np.ndarray:

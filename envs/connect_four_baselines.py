@@ -1,4 +1,4 @@
-"""Fixed Connect Four opponents for ``actors/envs/connect_four.py``, for a batch of agents at once.
+"""Fixed Connect Four opponents for ``envs/connect_four.py``, for a batch of agents at once.
 
 Both take what a policy sees (observation planes ``[n, 2, 6, 7]`` from the mover's point of view: plane 0 its
 own stones, plane 1 the opponent's, any nonzero value is a stone; action masks ``[n, 7]``, 1 = legal) and
@@ -16,14 +16,15 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from actors.envs.connect_four import COLS, ROWS, wins_through
+from envs.connect_four import COLS, ROWS, wins_through
+from envs.errors import EnvConfigError
 
 
 def _keys(masks: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """Validated masks as bool [n, 7] (an all-zero row: all legal) and uniform random tie-break keys."""
     masks = np.asarray(masks)
     if masks.ndim != 2 or masks.shape[1] != COLS:
-        raise ValueError(f"Connect Four masks must have shape [n, {COLS}], got {masks.shape}")
+        raise EnvConfigError(f"Connect Four masks must have shape [n, {COLS}], got {masks.shape}")
     legal = masks != 0
     legal[~legal.any(axis=1)] = True
     return legal, rng.random(masks.shape)
@@ -71,10 +72,10 @@ def one_ply_moves(obs: np.ndarray, masks: np.ndarray, rng: np.random.Generator) 
     """
     obs = np.asarray(obs)
     if obs.ndim != 4 or obs.shape[1:] != (2, ROWS, COLS):
-        raise ValueError(f"Connect Four observations must have shape [n, 2, {ROWS}, {COLS}], got {obs.shape}")
+        raise EnvConfigError(f"Connect Four observations must have shape [n, 2, {ROWS}, {COLS}], got {obs.shape}")
     legal, keys = _keys(masks, rng)
     if len(obs) != len(legal):
-        raise ValueError(f"one_ply_moves: {len(obs)} observations but {len(legal)} masks")
+        raise EnvConfigError(f"one_ply_moves: {len(obs)} observations but {len(legal)} masks")
     out = np.empty(len(obs), dtype=np.int32)
     _one_ply_kernel(np.ascontiguousarray(obs), legal, keys, out)
     return out

@@ -2,7 +2,7 @@
 
 Holds ``num_envs`` independent ``gymnasium.make`` instances and steps them one after another in Python,
 writing into caller-owned ``StepBuffers`` and auto-resetting finished episodes like the native envs do.
-Spaces map as ``actors.envs.gym_spaces`` describes: Box or dict-with-action-mask observations; Discrete,
+Spaces map as ``envs.gym_spaces`` describes: Box or dict-with-action-mask observations; Discrete,
 MultiDiscrete or Box actions (``start`` offsets added, Box actions clipped to the space's bounds).
 """
 
@@ -14,8 +14,9 @@ from typing import Any
 import gymnasium
 import numpy as np
 
-from actors.envs.base import EnvSpec, StepBuffers
-from actors.envs.gym_spaces import SpaceConverter, close_each
+from envs.base import EnvSpec, StepBuffers
+from envs.gym_spaces import SpaceConverter, close_each
+from envs.errors import EnvConfigError, EnvRaised
 
 
 def _make_one(gym_id: str, max_steps: int, kwargs: dict[str, Any]) -> gymnasium.Env:
@@ -26,9 +27,9 @@ def _make_one(gym_id: str, max_steps: int, kwargs: dict[str, Any]) -> gymnasium.
     try:
         return gymnasium.make(gym_id, **make_kwargs)
     except (gymnasium.error.UnregisteredEnv, gymnasium.error.DeprecatedEnv) as exc:
-        raise ValueError(f"gymnasium has no env with id '{gym_id}': {exc}") from exc
+        raise EnvConfigError(f"gymnasium has no env with id '{gym_id}': {exc}") from exc
     except Exception as exc:
-        raise RuntimeError(f"gymnasium env '{gym_id}' raised in make(): {exc!r}") from exc
+        raise EnvRaised(f"gymnasium env '{gym_id}' raised in make(): {exc!r}") from exc
 
 
 class GymnasiumVecEnv:
@@ -42,7 +43,7 @@ class GymnasiumVecEnv:
     def __init__(self, gym_id: str, num_envs: int, *, max_steps: int, kwargs: dict[str, Any]) -> None:
         """Make ``num_envs`` envs; ``max_steps <= 0`` keeps the env's registered time limit."""
         if num_envs <= 0:
-            raise ValueError(f"GymnasiumVecEnv needs num_envs >= 1, got {num_envs}")
+            raise EnvConfigError(f"GymnasiumVecEnv needs num_envs >= 1, got {num_envs}")
         self.gym_id = gym_id
         self.num_envs = num_envs
         self._envs: list[gymnasium.Env] = []
@@ -66,7 +67,7 @@ class GymnasiumVecEnv:
         try:
             obs, _info = self._envs[index].reset(seed=seed)
         except Exception as exc:
-            raise RuntimeError(f"gymnasium env '{self.gym_id}' (env {index}) raised in reset(): {exc!r}") from exc
+            raise EnvRaised(f"gymnasium env '{self.gym_id}' (env {index}) raised in reset(): {exc!r}") from exc
         self._write_obs(buffers, index, obs, "reset")
 
     def _write_obs(self, buffers: StepBuffers, index: int, raw: Any, call: str) -> None:
@@ -91,7 +92,7 @@ class GymnasiumVecEnv:
             try:
                 obs, reward, term, trunc, _info = env.step(self._spaces.to_env_action(buffers.actions[i]))
             except Exception as exc:
-                raise RuntimeError(f"gymnasium env '{self.gym_id}' (env {i}) raised in step(): {exc!r}") from exc
+                raise EnvRaised(f"gymnasium env '{self.gym_id}' (env {i}) raised in step(): {exc!r}") from exc
             terminated = bool(term)
             truncated = bool(trunc) and not terminated
             buffers.rewards[i] = reward

@@ -12,7 +12,8 @@ from typing import Protocol
 
 import numpy as np
 
-from actors.envs.spaces import ActionSpace
+from envs.spaces import ActionSpace
+from envs.errors import EnvConfigError
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,9 +35,9 @@ class EnvSpec:
 
     def __post_init__(self) -> None:
         if self.action_mask and self.action.kind == "box":
-            raise ValueError("action masks need a discrete or multi_discrete action space, not box")
+            raise EnvConfigError("action masks need a discrete or multi_discrete action space, not box")
         if np.dtype(self.obs_dtype).name != self.obs_dtype:
-            raise ValueError(f"obs_dtype must be a NumPy dtype name, got {self.obs_dtype!r}")
+            raise EnvConfigError(f"obs_dtype must be a NumPy dtype name, got {self.obs_dtype!r}")
 
     @property
     def num_actions(self) -> int:

@@ -1,0 +1,1 @@
+"""Evaluation tools that train nothing: batched matches (arena), Bradley-Terry ratings, the ELO tournament."""

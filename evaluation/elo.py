@@ -1,0 +1,281 @@
+"""Elo ratings of a self-play run's pool snapshots: ``python -m evaluation.elo --run-dir runs/X`` (seeds/002, issue 6).
+
+Plays the run's pool snapshots (``<run-dir>/pool/``) against each other and against two fixed baselines,
+``random`` (uniformly random legal moves) and ``one_ply`` (win now, else block, else random), with
+``evaluation.arena.play_match`` (seats alternating, batched, in-process), then fits Bradley-Terry ratings by
+maximum likelihood (``evaluation.ratings.fit_ratings``: order-independent, draws count half) on the Elo scale,
+ANCHORED so that ``random`` is exactly 1000.
+
+Pairings (each played ``--episodes`` times):
+
+* ``sequential`` (default): every snapshot against each of the ``--window-size`` snapshots before it, every
+  snapshot against both baselines, and ``random`` against ``one_ply``;
+* ``round-robin``: every pair of players (snapshots and baselines).
+
+A long pool is thinned evenly to at most ``--max-snapshots`` (first and newest always kept); the output says
+which were kept. Snapshots play by SAMPLING from their policy, as in training (``--greedy``: argmax).
+Each pairing's seed derives from ``--seed`` and the two players' names only, so a pairing's games do not
+depend on which other pairings ran.
+
+Writes into ``--output-dir`` (default ``<run-dir>/elo``): ``elo.json`` (ratings, per-snapshot pool index,
+update and policy version, every pairing's results, the results matrices, settings), ``elo.csv`` (one row per
+player, best first), ``elo_over_snapshots.png`` (Elo against snapshot update; baselines as dashed lines) and,
+with ``--output-heatmap``, ``win_rate_heatmap.png``. Prints a table to stdout and progress to stderr. Errors:
+``python -m evaluation.elo: error: <message>`` on stderr, exit status 2. Connect Four only for now.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from envs.registry import env_spec
+from configs.loader import ConfigError, load_config
+from configs.schema import RunConfig
+from evaluation.arena import MatchOutcome, OnePlyPlayer, Player, PolicyPlayer, RandomPlayer, play_match
+from learner.pool import INDEX_NAME, Snapshot, SnapshotStore, SnapshotStoreError
+from evaluation.ratings import MatchResults, fit_ratings, plot_elo_over_snapshots, plot_win_rate_heatmap, write_tables
+
+PROG = "python -m evaluation.elo"
+TWO_PLAYER_ENVS = ("connect_four",)
+"""Env names the arena can rate (two-player turn-based, with the baselines available)."""
+BASELINES = ("random", "one_ply")
+ANCHOR, ANCHOR_RATING = "random", 1000.0
+MODES = ("sequential", "round-robin")
+
+
+class EloError(Exception):
+    """A usage or input problem: reported as ``python -m evaluation.elo: error: <message>``, exit status 2."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pairing:
+    """One pairing's results (a's side)."""
+
+    a: str
+    b: str
+    outcome: MatchOutcome
+
+
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
+    """The command-line interface."""
+    parser = argparse.ArgumentParser(
+        prog=prog, description="Rate a self-play run's pool snapshots and the random / one_ply baselines "
+        "(Bradley-Terry maximum likelihood on the Elo scale, random = 1000).")
+    parser.add_argument("--run-dir", type=Path, required=True, help="run directory (holds config.yaml and pool/)")
+    parser.add_argument("--tournament-mode", choices=MODES, default="sequential",
+                        help="sequential (default): each snapshot vs the previous --window-size ones and both "
+                             "baselines; round-robin: every pair of players")
+    parser.add_argument("--window-size", type=int, default=5,
+                        help="previous snapshots each snapshot plays in sequential mode (default 5)")
+    parser.add_argument("--episodes", type=int, default=200, help="games per pairing, seats alternating (default 200)")
+    parser.add_argument("--output-heatmap", action="store_true", help="also write win_rate_heatmap.png")
+    parser.add_argument("--output-dir", type=Path, default=None, help="where to write (default <run-dir>/elo)")
+    parser.add_argument("--max-snapshots", type=int, default=30,
+                        help="evenly thin the pool to at most this many snapshots, first and newest kept (default 30)")
+    parser.add_argument("--greedy", action="store_true",
+                        help="snapshots take their most probable legal action instead of sampling as in training")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the pairings' games (default 0)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, *, prog: str = PROG) -> int:
+    """Run the tournament; 0 on success, 2 (with a message on stderr) on a usage or input error."""
+    args = build_parser(prog).parse_args(argv)
+    threads = torch.get_num_threads()
+    try:
+        run(args)
+    except EloError as err:
+        print(f"{prog}: error: {err}", file=sys.stderr)
+        return 2
+    finally:
+        torch.set_num_threads(threads)  # run() uses the run's run.torch_threads
+    return 0
+
+
+def run(args: argparse.Namespace) -> dict:
+    """Everything ``main`` does, raising ``EloError`` for bad input; returns the elo.json document."""
+    _check_args(args)
+    config = _load_run_config(args.run_dir)
+    store = _open_pool(args.run_dir)
+    torch.set_num_threads(config.run.torch_threads)
+    kept = thin_indices(len(store), args.max_snapshots)
+    snapshots = [store.snapshot(i) for i in kept]
+    names = [snapshot_name(s) for s in snapshots]
+    print(f"pool: {len(store)} snapshots; kept {len(kept)} (pool indices {', '.join(map(str, kept))})")
+    players = _make_players(config, store, snapshots, names, greedy=args.greedy, seed=args.seed)
+    order = [*names, *BASELINES]
+    pairs = pairings(names, args.tournament_mode, args.window_size)
+    wins = np.zeros((len(order), len(order)))
+    draws = np.zeros_like(wins)
+    played: list[Pairing] = []
+    start = time.perf_counter()
+    for number, (a, b) in enumerate(pairs, start=1):
+        outcome = play_match(players[a], players[b], episodes=args.episodes, env_config=config.env,
+                             seed=pairing_seed(args.seed, a, b))
+        i, j = order.index(a), order.index(b)
+        wins[i, j] += outcome.wins_a
+        wins[j, i] += outcome.wins_b
+        draws[i, j] += outcome.draws
+        draws[j, i] += outcome.draws
+        played.append(Pairing(a=a, b=b, outcome=outcome))
+        print(f"pairing {number}/{len(pairs)}: {a} vs {b}: {outcome.wins_a}-{outcome.draws}-{outcome.wins_b} "
+              f"({time.perf_counter() - start:.1f} s)", file=sys.stderr)
+    results = MatchResults(players=tuple(order), wins=wins, draws=draws)
+    ratings = fit_ratings(order, wins, draws, anchor=ANCHOR, anchor_rating=ANCHOR_RATING)
+    out_dir = args.output_dir if args.output_dir is not None else args.run_dir / "elo"
+    doc = _write_outputs(out_dir, args, ratings, results, snapshots, names, played, pool_size=len(store))
+    print(format_table(ratings, results, snapshots, names))
+    print(f"ratings anchored at {ANCHOR} = {ANCHOR_RATING:.0f}; wrote {', '.join(doc['files'])} to {out_dir}")
+    return doc
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    if args.window_size < 1:
+        raise EloError(f"--window-size must be >= 1, got {args.window_size}")
+    if args.episodes < 1:
+        raise EloError(f"--episodes must be >= 1, got {args.episodes}")
+    if args.max_snapshots < 1:
+        raise EloError(f"--max-snapshots must be >= 1, got {args.max_snapshots}")
+
+
+def _load_run_config(run_dir: Path) -> RunConfig:
+    if not run_dir.is_dir():
+        raise EloError(f"run directory {run_dir} does not exist")
+    path = run_dir / "config.yaml"
+    if not path.is_file():
+        raise EloError(f"{path} does not exist (is {run_dir} a run directory?)")
+    try:
+        config = load_config(path)
+    except ConfigError as err:
+        raise EloError(f"cannot read the run's config: {err}") from err
+    if config.env.name not in TWO_PLAYER_ENVS:
+        raise EloError(f"env.name {config.env.name!r} in {path} is not a two-player turn-based env the arena can "
+                       f"rate; allowed: {', '.join(map(repr, TWO_PLAYER_ENVS))}")
+    try:
+        env_spec(config.env)
+    except ValueError as err:
+        raise EloError(f"the run's env is unusable: {err}") from err
+    return config
+
+
+def _open_pool(run_dir: Path) -> SnapshotStore:
+    root = run_dir / "pool"
+    if not (root / INDEX_NAME).is_file():
+        raise EloError(f"no snapshot pool in {run_dir}: {root / INDEX_NAME} does not exist "
+                       f"(was the run trained with self-play?)")
+    try:
+        store = SnapshotStore(root)
+    except SnapshotStoreError as err:
+        raise EloError(str(err)) from err
+    if len(store) == 0:
+        raise EloError(f"the snapshot pool {root} is empty: there is nothing to rate")
+    return store
+
+
+def thin_indices(total: int, limit: int) -> list[int]:
+    """At most ``limit`` indices of ``range(total)``, evenly spaced, always with the first and the last."""
+    if total <= limit:
+        return list(range(total))
+    if limit == 1:
+        return [total - 1]
+    return sorted({int(round(x)) for x in np.linspace(0, total - 1, limit)})
+
+
+def snapshot_name(snapshot: Snapshot) -> str:
+    """A player name for a snapshot: pool index and learner update, e.g. ``s3-u30``."""
+    return f"s{snapshot.index}-u{snapshot.update}"
+
+
+def pairings(snapshots: list[str], mode: str, window_size: int) -> list[tuple[str, str]]:
+    """(a, b) pairs to play; see the module docstring. Snapshots are in pool order, oldest first."""
+    players = [*snapshots, *BASELINES]
+    if mode == "round-robin":
+        return [(players[i], players[j]) for i in range(len(players)) for j in range(i + 1, len(players))]
+    if mode != "sequential":
+        raise ValueError(f"unknown tournament mode {mode!r}; allowed: {', '.join(MODES)}")
+    pairs = [(snapshots[k], snapshots[k - w]) for k in range(len(snapshots)) for w in range(1, window_size + 1)
+             if k - w >= 0]
+    pairs += [(name, baseline) for name in snapshots for baseline in BASELINES]
+    return [*pairs, BASELINES]
+
+
+def pairing_seed(seed: int, a: str, b: str) -> int:
+    """The seed of one pairing's games: a function of ``seed`` and the two names only."""
+    entropy = [seed & 0xFFFFFFFF, zlib.crc32(a.encode()), zlib.crc32(b.encode())]
+    return int(np.random.SeedSequence(entropy).generate_state(1)[0])
+
+
+def _make_players(config: RunConfig, store: SnapshotStore, snapshots: list[Snapshot], names: list[str], *,
+                  greedy: bool, seed: int) -> dict[str, Player]:
+    spec = env_spec(config.env)
+    players: dict[str, Player] = {"random": RandomPlayer("random", seed=seed),
+                                  "one_ply": OnePlyPlayer("one_ply", seed=seed)}
+    for snapshot, name in zip(snapshots, names):
+        try:
+            arrays = store.load(snapshot.index)
+            players[name] = PolicyPlayer(name, spec, config.model, arrays, greedy=greedy, seed=seed,
+                                         version=snapshot.policy_version)
+        except SnapshotStoreError as err:
+            raise EloError(str(err)) from err
+        except (RuntimeError, ValueError) as err:  # strict load_state_dict: weights do not fit the model
+            raise EloError(f"snapshot {snapshot.index} does not fit the run's model ({config.model}): "
+                           f"{str(err).splitlines()[0]}") from err
+    return players
+
+
+def _write_outputs(out_dir: Path, args: argparse.Namespace, ratings: dict[str, float], results: MatchResults,
+                   snapshots: list[Snapshot], names: list[str], played: list[Pairing], *, pool_size: int) -> dict:
+    json_path, csv_path = write_tables(ratings, results, out_dir)
+    doc = json.loads(json_path.read_text())
+    doc["anchor"] = {"player": ANCHOR, "rating": ANCHOR_RATING}
+    doc["baselines"] = list(BASELINES)
+    doc["snapshots"] = [{"name": name, "index": s.index, "update": s.update, "policy_version": s.policy_version,
+                         "hash": s.hash, "elo": ratings[name]} for s, name in zip(snapshots, names)]
+    doc["pool_size"] = pool_size
+    doc["pairings"] = [{"a": p.a, "b": p.b, "wins_a": p.outcome.wins_a, "draws": p.outcome.draws,
+                        "wins_b": p.outcome.wins_b, "a_first": p.outcome.a_first} for p in played]
+    doc["settings"] = {"run_dir": str(args.run_dir), "tournament_mode": args.tournament_mode,
+                       "window_size": args.window_size, "episodes": args.episodes,
+                       "max_snapshots": args.max_snapshots, "greedy": args.greedy, "seed": args.seed}
+    files = [json_path.name, csv_path.name]
+    plot = plot_elo_over_snapshots(ratings, names, out_dir / "elo_over_snapshots.png",
+                                   baselines={name: ratings[name] for name in BASELINES})
+    files.append(plot.name)
+    if args.output_heatmap:
+        files.append(plot_win_rate_heatmap(list(results.players), results.win_rate(),
+                                           out_dir / "win_rate_heatmap.png").name)
+    doc["files"] = files
+    json_path.write_text(json.dumps(doc, indent=1))
+    return doc
+
+
+def format_table(ratings: dict[str, float], results: MatchResults, snapshots: list[Snapshot],
+                 names: list[str]) -> str:
+    """A plain-text table, best player first: rank, player, update, elo, games, score."""
+    updates = {name: str(s.update) for s, name in zip(snapshots, names)}
+    players = list(results.players)
+    games = results.games().sum(axis=1)
+    draws = results.draws if results.draws is not None else np.zeros_like(results.wins)
+    points = results.wins.sum(axis=1) + 0.5 * draws.sum(axis=1)
+    width = max(len(p) for p in players)
+    lines = [f"{'rank':>4}  {'player':<{width}}  {'update':>7}  {'elo':>7}  {'games':>6}  {'score':>5}"]
+    for rank, name in enumerate(sorted(players, key=lambda p: (-ratings[p], p)), start=1):
+        i = players.index(name)
+        score = f"{points[i] / games[i]:.3f}" if games[i] else "-"
+        lines.append(f"{rank:>4}  {name:<{width}}  {updates.get(name, '-'):>7}  {ratings[name]:>7.1f}  "
+                     f"{int(games[i]):>6}  {score:>5}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,50 @@
+"""Building blocks shared by the policies: orthogonal linear layers, the tanh torso, and the observation input."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch import nn
+
+from configs.schema import ModelSection
+from envs.base import EnvSpec
+
+
+def layer(inputs: int, outputs: int, gain: float) -> nn.Linear:
+    """A linear layer with orthogonal weights of the given gain and zero bias."""
+    linear = nn.Linear(inputs, outputs)
+    nn.init.orthogonal_(linear.weight, gain)
+    nn.init.zeros_(linear.bias)
+    return linear
+
+
+def torso(inputs: int, model: ModelSection) -> nn.Sequential:
+    """``model.num_layers`` tanh layers of ``model.hidden_size`` (empty, the identity, for 0 layers)."""
+    layers: list[nn.Module] = []
+    width = inputs
+    for _ in range(model.num_layers):
+        layers += [layer(width, model.hidden_size, math.sqrt(2)), nn.Tanh()]
+        width = model.hidden_size
+    return nn.Sequential(*layers)
+
+
+def torso_width(inputs: int, model: ModelSection) -> int:
+    """Features out of ``torso(inputs, model)``."""
+    return model.hidden_size if model.num_layers else inputs
+
+
+class ObsInput(nn.Module):
+    """Observations in their env dtype [..., *obs_shape] -> float32 features [..., obs_size] (uint8 / 255)."""
+
+    def __init__(self, spec: EnvSpec) -> None:
+        super().__init__()
+        self.obs_size = int(np.prod(spec.obs_shape))
+        self.obs_ndim = len(spec.obs_shape)
+        self.obs_scale = 1.0 / 255.0 if np.dtype(spec.obs_dtype) == np.uint8 else 1.0
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """Flatten the observation dims and convert to float32."""
+        lead = obs.shape[: obs.dim() - self.obs_ndim]
+        return obs.reshape(*lead, self.obs_size).to(torch.float32) * self.obs_scale
