@@ -7,24 +7,21 @@ bootstrap value. Rows are never cut at episode ends: ``dones`` are just data the
 Ownership of row indices cycles FREE -> writing -> FULL -> shipped (``pop_full``) -> FREE (``release``);
 the data itself never moves.
 
-Semantics of one step's fields:
-
-* ``obs``, ``actions``, ``logprobs``, ``values``: the agent's observation, the action sampled for it, its
-  behaviour log-probability and the value estimate of that observation.
-* ``rewards``, ``dones``, ``bootstrap``: what ARRIVED WITH this observation, i.e. the result of the
-  previous transition. The learner's GAE therefore uses ``rewards[t + 1]`` and ``dones[t + 1]`` (and
-  ``bootstrap[t + 1]``) for the transition out of step ``t``.
-* ``versions[row]``: the policy version that produced the row's FIRST step.
-* ``states[row]``: the recurrent state the agent's policy had before its forward pass on the row's FIRST
-  step (zero width for feed-forward policies), so the learner can replay the row from the same state.
+The fields, their shapes and dtypes, and what each step's values mean: ``protocol.rows.ROW_FIELDS``. The
+assembler keeps one buffer per field, holding the field's poison value until written.
 
 The hot paths are ``numba.njit`` kernels over the arrays; the class only validates and dispatches.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numba
 import numpy as np
+from numba import literal_unroll
+
+from protocol.rows import ROW_FIELDS, RowField, RowLayout
 
 # Ring bookkeeping lives in one int64[4] array so kernels can update it in place.
 _FREE_HEAD, _FREE_COUNT, _FULL_HEAD, _FULL_COUNT = 0, 1, 2, 3
@@ -35,18 +32,54 @@ _ERR_NO_FREE, _ERR_BAD_AGENT, _ERR_DUP_AGENT, _ERR_BAD_ROW = -1, -2, -3, -4
 
 
 @numba.njit(cache=True)
-def _add_steps_kernel(agent_ids, obs_in, act_in, mask_in, lp_in, val_in, rew_in, done_in, boot_in, state_in,
-                      version, obs, actions, masks, logprobs, values, rewards, dones, bootstrap, versions, states,
-                      ep_indices, ep_lengths, free_ring, full_ring, rings, row_state, seen, stamp):
-    """Write steps; return rows completed, or a negative error code with NOTHING modified."""
+def _copy_steps(values, buffer, dest, n):
+    """One per-step field of ``n`` steps into ``buffer`` [rows, horizon, width] at ``dest``'s positions."""
+    width = buffer.shape[2]
+    src = values.reshape((values.shape[0], width))
+    if width == 1:  # scalar fields: no inner loop
+        for i in range(n):
+            buffer[dest[i, 0], dest[i, 1], 0] = src[i, 0]
+            if dest[i, 2] >= 0:
+                buffer[dest[i, 2], 0, 0] = src[i, 0]
+        return
+    for i in range(n):
+        row, t, new = dest[i, 0], dest[i, 1], dest[i, 2]
+        for k in range(width):
+            buffer[row, t, k] = src[i, k]
+        if new >= 0:
+            for k in range(width):
+                buffer[new, 0, k] = src[i, k]
+
+
+@numba.njit(cache=True)
+def _copy_rows(values, buffer, dest, n):
+    """One per-row field into ``buffer`` [rows, width] for the steps that open a row (position 0 or a new row)."""
+    width = buffer.shape[1]
+    src = values.reshape((values.shape[0], width))
+    for i in range(n):
+        if dest[i, 1] == 0:
+            for k in range(width):
+                buffer[dest[i, 0], k] = src[i, k]
+        if dest[i, 2] >= 0:
+            for k in range(width):
+                buffer[dest[i, 2], k] = src[i, k]
+
+
+@numba.njit(cache=True)
+def _add_steps_kernel(agent_ids, stamp, step_pairs, row_pairs, book):
+    """Write steps; return rows completed, or a negative error code with NOTHING modified.
+
+    ``step_pairs``: one (values [n, *value_shape], buffer [rows, horizon, width]) pair per per-step field;
+    ``row_pairs``: one (values [n, *value_shape], buffer [rows, width]) pair per per-row field. Values are
+    C-contiguous in the buffer's dtype (those of a field of width 0 may have any number of rows). ``book``:
+    the bookkeeping arrays, the last ``dest`` [num_agents, 3], scratch for each step's (row, position, new
+    row or -1).
+    """
+    ep_indices, ep_lengths, free_ring, full_ring, rings, row_state, seen, dest = book
     n = agent_ids.shape[0]
     num_agents = ep_indices.shape[0]
-    horizon = actions.shape[1]
+    horizon = step_pairs[0][1].shape[1]
     num_rows = free_ring.shape[0]
-    obs_size = obs.shape[2]
-    act_size = actions.shape[2]
-    mask_size = masks.shape[2]
-    state_size = states.shape[1]
     needed = 0
     for i in range(n):  # validation pass: nothing is written unless the whole call can succeed
         a = agent_ids[i]
@@ -60,25 +93,13 @@ def _add_steps_kernel(agent_ids, obs_in, act_in, mask_in, lp_in, val_in, rew_in,
     if needed > rings[_FREE_COUNT]:
         return _ERR_NO_FREE
     completed = 0
-    for i in range(n):
+    for i in range(n):  # bookkeeping pass: where each step goes, and rows that fill move to FULL
         a = agent_ids[i]
         row = ep_indices[a]
         t = ep_lengths[a]
-        if t == 0:
-            versions[row] = version
-            for k in range(state_size):
-                states[row, k] = state_in[i, k]
-        for k in range(obs_size):
-            obs[row, t, k] = obs_in[i, k]
-        for k in range(act_size):
-            actions[row, t, k] = act_in[i, k]
-        for k in range(mask_size):
-            masks[row, t, k] = mask_in[i, k]
-        logprobs[row, t] = lp_in[i]
-        values[row, t] = val_in[i]
-        rewards[row, t] = rew_in[i]
-        dones[row, t] = done_in[i]
-        bootstrap[row, t] = boot_in[i]
+        dest[i, 0] = row
+        dest[i, 1] = t
+        dest[i, 2] = -1
         t += 1
         if t == horizon:
             full_ring[(rings[_FULL_HEAD] + rings[_FULL_COUNT]) % num_rows] = row
@@ -88,24 +109,15 @@ def _add_steps_kernel(agent_ids, obs_in, act_in, mask_in, lp_in, val_in, rew_in,
             rings[_FREE_HEAD] = (rings[_FREE_HEAD] + 1) % num_rows
             rings[_FREE_COUNT] -= 1
             row_state[new] = _WRITING
-            for k in range(obs_size):
-                obs[new, 0, k] = obs_in[i, k]
-            for k in range(act_size):
-                actions[new, 0, k] = act_in[i, k]
-            for k in range(mask_size):
-                masks[new, 0, k] = mask_in[i, k]
-            logprobs[new, 0] = lp_in[i]
-            values[new, 0] = val_in[i]
-            rewards[new, 0] = rew_in[i]
-            dones[new, 0] = done_in[i]
-            bootstrap[new, 0] = boot_in[i]
-            versions[new] = version
-            for k in range(state_size):
-                states[new, k] = state_in[i, k]
+            dest[i, 2] = new  # the step is also step 0 of the agent's next row
             ep_indices[a] = new
             t = 1
             completed += 1
         ep_lengths[a] = t
+    for pair in literal_unroll(step_pairs):  # numba compiles the loop body once per field type
+        _copy_steps(pair[0], pair[1], dest, n)
+    for row_pair in literal_unroll(row_pairs):
+        _copy_rows(row_pair[0], row_pair[1], dest, n)
     return completed
 
 
@@ -141,13 +153,34 @@ def _release_kernel(rows, free_ring, rings, row_state):
     return 0
 
 
-def _poison(arr: np.ndarray) -> np.ndarray:
-    """Fill ``arr`` so uninitialised reads stand out: NaN for floats, 0xA5 bytes otherwise."""
-    if np.issubdtype(arr.dtype, np.floating):
-        arr.fill(np.nan)
-    else:
-        arr.view(np.uint8).fill(0xA5)
-    return arr
+VERSIONS = "versions"
+"""The per-row field that ``add``'s ``version`` argument fills (the policy version of a row's first step)."""
+
+SAME_KIND = frozenset({"obs"})
+"""Fields whose values must cast to the buffer's dtype within their kind (observations keep the env's dtype end
+to end); the others are cast as NumPy casts (float placeholders for integer actions or dones included)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Buffer:
+    """One field's buffer, as ``add`` checks its input and the kernel writes it."""
+
+    name: str
+    """The field's name."""
+    per_step: bool
+    """Whether the field has a value per step (else per row)."""
+    value_shape: tuple[int, ...]
+    """One agent's value as ``add`` takes it: [n, *value_shape]."""
+    dtype: np.dtype
+    """The buffer's dtype."""
+    same_kind: bool
+    """Whether an input of another kind of dtype is a TypeError (SAME_KIND)."""
+    width: int
+    """Elements in one value."""
+    flat: np.ndarray
+    """The buffer as the kernel sees it: [rows, horizon, width] per step, [rows, width] per row (a view)."""
+    no_input: np.ndarray
+    """The kernel's input when a field of width 0 is left out ([0, 0]: never read)."""
 
 
 class RowAssembler:
@@ -165,24 +198,12 @@ class RowAssembler:
         if horizon < 2:
             raise ValueError(f"horizon must be >= 2 (bptt_horizon + 1), got {horizon}")
         self.num_agents, self.num_rows, self.horizon = num_agents, num_rows, horizon
-        self.obs_shape = tuple(int(d) for d in obs_shape)
-        self.obs_size = int(np.prod(self.obs_shape, dtype=np.int64))
-        R, H = num_rows, horizon
-        self.obs = _poison(np.empty((R, H, self.obs_size), dtype=np.dtype(obs_dtype)))
-        self.action_shape = tuple(int(d) for d in action_shape)
-        self.action_size = int(np.prod(self.action_shape, dtype=np.int64))
-        self.actions = np.full((R, H, self.action_size), -1 if np.dtype(action_dtype).kind == "i" else np.nan,
-                               dtype=np.dtype(action_dtype))  # -1: no discrete action is negative
-        self.mask_size = int(mask_size)
-        self.masks = _poison(np.empty((R, H, self.mask_size), dtype=np.uint8))
-        self.logprobs = np.full((R, H), np.nan, dtype=np.float32)
-        self.values = np.full((R, H), np.nan, dtype=np.float32)
-        self.rewards = np.full((R, H), np.nan, dtype=np.float32)
-        self.dones = np.full((R, H), 0xFF, dtype=np.uint8)
-        self.bootstrap = np.full((R, H), np.nan, dtype=np.float32)
-        self.versions = np.full(R, -1, dtype=np.int64)
-        self.state_size = int(state_size)
-        self.states = np.full((R, self.state_size), np.nan, dtype=np.float32)
+        self.layout = RowLayout(horizon=horizon, obs_shape=obs_shape, obs_dtype=obs_dtype, action_shape=action_shape,
+                                action_dtype=action_dtype, mask_size=mask_size, state_size=state_size)
+        self.arrays = self.layout.allocate(num_rows)  # field -> buffer, in its wire shape
+        self._buffers = tuple(self._buffer(f) for f in ROW_FIELDS)
+        self._inputs = frozenset(f.name for f in ROW_FIELDS) - {VERSIONS}
+        R = num_rows
         self.free_ring = np.arange(R, dtype=np.int64)
         self.full_ring = np.full(R, -1, dtype=np.int64)
         self.rings = np.array([0, R, 0, 0], dtype=np.int64)  # free head/count, full head/count
@@ -194,7 +215,21 @@ class RowAssembler:
         self.rings[_FREE_COUNT] = R - num_agents
         self.row_state[self.ep_indices] = _WRITING
         self._seen = np.full(num_agents, -1, dtype=np.int64)  # duplicate-agent detection scratch
+        self._version_in = np.full((num_agents, 1), -1, dtype=np.int64)  # the kernel's input for VERSIONS
         self._stamp = 0
+        dest = np.empty((num_agents, 3), dtype=np.int64)  # the kernel's per-step (row, position, new row)
+        self._book = (self.ep_indices, self.ep_lengths, self.free_ring, self.full_ring, self.rings, self.row_state,
+                      self._seen, dest)
+
+    def _buffer(self, field: RowField) -> _Buffer:
+        value_shape = self.layout.value_shape(field)
+        width = int(np.prod(value_shape, dtype=np.int64))
+        array = self.arrays[field.name]
+        rows = (self.num_rows, self.horizon) if field.per_step else (self.num_rows,)
+        flat = array.reshape(*rows, width)
+        return _Buffer(name=field.name, per_step=field.per_step, value_shape=value_shape, dtype=array.dtype,
+                       same_kind=field.name in SAME_KIND, width=width, flat=flat,
+                       no_input=np.empty((0, 0), dtype=array.dtype))
 
     def free_rows(self) -> int:
         """Rows available for agents to move into."""
@@ -211,50 +246,29 @@ class RowAssembler:
     def add_steps(self, agent_ids: np.ndarray, obs: np.ndarray, actions: np.ndarray,
                   logprobs: np.ndarray, values: np.ndarray, rewards: np.ndarray, dones: np.ndarray,
                   bootstrap: np.ndarray, version: int, states: np.ndarray | None = None,
-                  action_masks: np.ndarray | None = None) -> int:
+                  action_masks: np.ndarray | None = None, **more: np.ndarray) -> int:
+        """:meth:`add` with the fields every env has as positional arguments (GroupStepper's call); ``more``
+        holds any further row field by name."""
+        return self.add(agent_ids, version, obs=obs, actions=actions, logprobs=logprobs, values=values,
+                        rewards=rewards, dones=dones, bootstrap=bootstrap, states=states, action_masks=action_masks,
+                        **more)
+
+    def add(self, agent_ids: np.ndarray, version: int, **fields: np.ndarray | None) -> int:
         """Append one step for each of the distinct ``agent_ids``; return the number of rows completed.
 
-        ``actions`` are [n, *action_shape]. ``states`` [n, state_size] is each agent's recurrent state before
-        this step's forward pass (only kept where the step opens a row); ``action_masks`` [n, mask_size] the
-        masks the actions were sampled under. Either may be omitted when its width is 0.
+        ``fields`` has every field of ``protocol.rows.ROW_FIELDS`` but ``versions`` (``version`` fills it),
+        each [n, *value_shape] in (or cast to) the field's dtype: a per-step field's values of this step, a
+        per-row field's values before this step (``states``: each agent's recurrent state before this step's
+        forward pass), kept only where the step opens a row. A field of width 0 may be omitted or None.
 
         All-or-nothing: on error (RuntimeError for an exhausted free ring, ValueError for bad or
-        repeated agent ids) no state is modified.
+        repeated agent ids or a missing, unknown or misshapen field, TypeError for observations of another
+        kind of dtype) no state is modified.
         """
         ids = np.ascontiguousarray(agent_ids, dtype=np.int64).reshape(-1)
-        n = ids.shape[0]
-        obs = np.asarray(obs)
-        if obs.shape != (n, *self.obs_shape):
-            raise ValueError(f"obs shape {obs.shape} != {(n, *self.obs_shape)}")
-        if not np.can_cast(obs.dtype, self.obs.dtype, casting="same_kind"):
-            raise TypeError(f"obs dtype {obs.dtype} cannot be stored as {self.obs.dtype}")
-        obs2 = np.ascontiguousarray(obs, dtype=self.obs.dtype).reshape(n, self.obs_size)
-        acts = np.asarray(actions)
-        if acts.shape != (n, *self.action_shape):
-            raise ValueError(f"actions shape {acts.shape} != {(n, *self.action_shape)}")
-        acts = np.ascontiguousarray(acts, dtype=self.actions.dtype).reshape(n, self.action_size)
-        if action_masks is None and self.mask_size == 0:
-            action_masks = np.empty((n, 0), dtype=np.uint8)
-        mask_in = np.ascontiguousarray(action_masks, dtype=np.uint8)
-        if mask_in.shape != (n, self.mask_size):
-            raise ValueError(f"action_masks shape {mask_in.shape} != {(n, self.mask_size)}")
-        cols = [np.ascontiguousarray(x, dtype=dt).reshape(-1) for x, dt in (
-            (logprobs, np.float32), (values, np.float32),
-            (rewards, np.float32), (dones, np.uint8), (bootstrap, np.float32))]
-        for c in cols:
-            if c.shape[0] != n:
-                raise ValueError(f"per-step field has {c.shape[0]} entries, expected {n}")
-        if states is None and self.state_size == 0:
-            states = np.empty((n, 0), dtype=np.float32)
-        state_in = np.ascontiguousarray(states, dtype=np.float32)
-        if state_in.shape != (n, self.state_size):
-            raise ValueError(f"states shape {state_in.shape} != {(n, self.state_size)}")
+        step_pairs, row_pairs = self._pairs(len(ids), version, fields)
         self._stamp += 1
-        rc = _add_steps_kernel(ids, obs2, acts, mask_in, *cols, state_in, np.int64(version),
-                               self.obs, self.actions, self.masks, self.logprobs, self.values, self.rewards,
-                               self.dones, self.bootstrap, self.versions, self.states, self.ep_indices,
-                               self.ep_lengths, self.free_ring, self.full_ring, self.rings,
-                               self.row_state, self._seen, np.int64(self._stamp))
+        rc = _add_steps_kernel(ids, np.int64(self._stamp), step_pairs, row_pairs, self._book)
         if rc == _ERR_NO_FREE:
             raise RuntimeError(f"row assembler out of free rows ({self.free_rows()} free, "
                                f"{self.full_rows()} full); check can_accept() before add_steps()")
@@ -263,6 +277,22 @@ class RowAssembler:
         if rc == _ERR_DUP_AGENT:
             raise ValueError("agent_ids must be distinct within one add_steps call")
         return int(rc)
+
+    def _pairs(self, n: int, version: int, fields: dict[str, np.ndarray | None]) -> tuple[tuple, tuple]:
+        """The kernel's (input, buffer) pairs of the per-step fields and of the per-row fields, for n agents."""
+        if not fields.keys() <= self._inputs:
+            raise ValueError(f"unknown row field(s) {sorted(fields.keys() - self._inputs)}: add() takes the fields "
+                             f"of protocol.rows.ROW_FIELDS but {VERSIONS!r}, which its version argument fills")
+        step_pairs, row_pairs = [], []
+        for buffer in self._buffers:
+            if buffer.name == VERSIONS:
+                source = self._version_in  # one row per agent, of which the kernel reads the first n
+                if source[0, 0] != version:
+                    source.fill(version)
+            else:
+                source = _kernel_input(buffer, fields.get(buffer.name), n)
+            (step_pairs if buffer.per_step else row_pairs).append((source, buffer.flat))
+        return tuple(step_pairs), tuple(row_pairs)
 
     def pop_full(self, max_rows: int) -> np.ndarray:
         """Remove and return up to ``max_rows`` full row indices (int64), oldest first."""
@@ -284,17 +314,20 @@ class RowAssembler:
         self.ep_lengths[ids] = 0
 
     def gather(self, rows: np.ndarray) -> dict[str, np.ndarray]:
-        """Copies of all fields for ``rows``; obs comes back as [n, horizon, *obs_shape]."""
+        """Copies of every field for ``rows``, in ROWS message order and wire shapes."""
         r = np.asarray(rows, dtype=np.int64).reshape(-1)
-        return {
-            "obs": self.obs[r].reshape(r.shape[0], self.horizon, *self.obs_shape),
-            "actions": self.actions[r].reshape(r.shape[0], self.horizon, *self.action_shape),
-            "action_masks": self.masks[r],
-            "logprobs": self.logprobs[r],
-            "values": self.values[r],
-            "rewards": self.rewards[r],
-            "dones": self.dones[r],
-            "bootstrap": self.bootstrap[r],
-            "versions": self.versions[r],
-            "states": self.states[r],
-        }
+        return {name: array[r] for name, array in self.arrays.items()}
+
+
+def _kernel_input(buffer: _Buffer, value: np.ndarray | None, n: int) -> np.ndarray:
+    """``value`` ([n, *value_shape]) checked and made the kernel's input: C-contiguous, in the buffer's dtype."""
+    if value is None:
+        if buffer.width:
+            raise ValueError(f"{buffer.name} shape: missing, expected {(n, *buffer.value_shape)}")
+        return buffer.no_input
+    array = np.asarray(value)
+    if array.shape[1:] != buffer.value_shape or array.ndim == 0 or len(array) != n:
+        raise ValueError(f"{buffer.name} shape {array.shape} != {(n, *buffer.value_shape)}")
+    if buffer.same_kind and not np.can_cast(array.dtype, buffer.dtype, casting="same_kind"):
+        raise TypeError(f"{buffer.name} dtype {array.dtype} cannot be stored as {buffer.dtype}")
+    return np.ascontiguousarray(array, dtype=buffer.dtype)

@@ -17,7 +17,8 @@ CLIP_COEF, VF_CLIP_COEF, ENT_COEF, VF_COEF, KL_COEF = range(5)
 
 @dataclass(frozen=True, kw_only=True)
 class Minibatch:
-    """The rows of one minibatch; per-step tensors are [M, T] (T = bptt_horizon)."""
+    """The rows of one minibatch; per-step tensors are [M, T] (T = bptt_horizon). The fields are what
+    ``learner.batch.minibatch_rows`` takes from the rows, and ``learner.batch.MINIBATCH_DERIVED``."""
 
     obs: torch.Tensor
     """[M, T, *obs_shape] observations."""

@@ -9,7 +9,6 @@ the actors recorded, which is what the clip must bound.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -17,36 +16,13 @@ from torch import nn
 from configs.plan import BatchPlan
 from configs.schema import TrainerSection
 from learner.advantage import compute_advantages
+from learner.batch import RowBatch, minibatch_rows
 from learner.losses import Minibatch, minibatch_losses
 from learner.schedules import UpdateSchedule
 
 LossFn = Callable[..., dict[str, torch.Tensor]]
 
 INFERENCE_CHUNK_ROWS = 1024
-
-
-@dataclass(frozen=True, kw_only=True)
-class RowBatch:
-    """A batch of rows on the training device; every per-step tensor is [S, T+1]."""
-
-    obs: torch.Tensor
-    """[S, T+1, *obs_shape] in the env dtype."""
-    actions: torch.Tensor
-    """[S, T+1, *action_shape] actions taken (int64 for the discrete kinds, float32 for box)."""
-    action_masks: torch.Tensor
-    """[S, T+1, mask_size] uint8 legal-action flags the actor sampled under (mask_size 0: no masks)."""
-    logprobs: torch.Tensor
-    """[S, T+1] behaviour log-probs."""
-    values: torch.Tensor
-    """[S, T+1] behaviour values."""
-    rewards: torch.Tensor
-    """[S, T+1] reward that arrived with each step."""
-    dones: torch.Tensor
-    """[S, T+1] 1.0 where the episode ended on the transition into this step."""
-    bootstrap: torch.Tensor
-    """[S, T+1] value of the final obs of a truncated episode (0 elsewhere)."""
-    states: torch.Tensor
-    """[S, policy.state_size] recurrent state the actor had before its forward pass on step 0."""
 
 
 def sampling_probs(advantages: torch.Tensor, prio_alpha: float) -> torch.Tensor:
@@ -88,22 +64,21 @@ def ppo_update(policy: nn.Module, optimizer: torch.optim.Optimizer, batch: RowBa
     step (to skip a non-finite gradient) and one batch of syncs per update.
     """
     horizon = batch.dones.shape[1] - 1
-    obs = batch.obs[:, :horizon]
-    actions = batch.actions[:, :horizon]
-    action_masks = batch.action_masks[:, :horizon]
-    old_logprobs = batch.logprobs[:, :horizon]
-    old_values = batch.values[:, :horizon]
-    step_dones = batch.dones[:, :horizon]
+    rows = minibatch_rows(batch, horizon)
+    old_values = rows["old_values"]
+    device = old_values.device
 
-    ratios = torch.exp(current_logprobs(policy, obs, actions, action_masks, step_dones, batch.states) - old_logprobs)
+    logprobs = current_logprobs(policy, rows["obs"], rows["actions"], rows["action_masks"], rows["dones"],
+                                rows["states"])
+    ratios = torch.exp(logprobs - rows["old_logprobs"])
     rewards = batch.rewards + trainer.gamma * batch.bootstrap
     advantages = compute_advantages(batch.values, rewards, batch.dones, ratios, gamma=trainer.gamma,
                                     gae_lambda=trainer.gae_lambda, rho_clip=trainer.vtrace_rho_clip,
-                                    c_clip=trainer.vtrace_c_clip).to(obs.device)
+                                    c_clip=trainer.vtrace_c_clip).to(device)
     returns = advantages + old_values
     probs = sampling_probs(advantages, trainer.prio_alpha)
     coefs = torch.tensor([schedule.clip_coef, trainer.vf_clip_coef, schedule.ent_coef, trainer.vf_coef,
-                          schedule.kl_coef], dtype=torch.float32, device=obs.device)
+                          schedule.kl_coef], dtype=torch.float32, device=device)
     use_reference = reference if schedule.kl_coef > 0 else None
 
     for group in optimizer.param_groups:
@@ -118,10 +93,8 @@ def ppo_update(policy: nn.Module, optimizer: torch.optim.Optimizer, batch: RowBa
         for minibatch in range(plan.num_minibatches):
             idx = torch.multinomial(probs, plan.minibatch_segments, replacement=False, generator=generator)
             is_weights = (plan.segments * probs[idx]) ** (-schedule.anneal_beta)
-            mb = Minibatch(obs=obs[idx], actions=actions[idx], action_masks=action_masks[idx],
-                           dones=step_dones[idx], states=batch.states[idx],
-                           old_logprobs=old_logprobs[idx], old_values=old_values[idx],
-                           advantages=advantages[idx], returns=returns[idx], is_weights=is_weights)
+            mb = Minibatch(**{name: tensor[idx] for name, tensor in rows.items()}, advantages=advantages[idx],
+                           returns=returns[idx], is_weights=is_weights)
             out = loss_fn(policy, use_reference, mb, coefs, norm_adv=trainer.norm_adv,
                           clip_vloss=trainer.clip_vloss, vf_warmup=schedule.vf_warmup)
             (out["loss"] / accumulation).backward()  # gradients of `accumulation` minibatches are averaged

@@ -1,17 +1,70 @@
-"""The layout of a ROWS message: one definition for the actor's sender and the learner's ingest."""
+"""The layout of a row, in one table: the actor's assembler, the ROWS message and the learner's batch follow it.
+
+A row is ``horizon = bptt_horizon + 1`` consecutive steps of one agent. Per-step fields are
+[rows, horizon, *shape]; per-row fields [rows, *shape], taken when the row's first step is written.
+
+What one step's fields hold:
+
+* ``obs``, ``actions``, ``action_masks``, ``logprobs``, ``values``: the agent's observation, the action sampled
+  for it, the legal-action flags it was sampled under (width 0: the env has no masks), its behaviour
+  log-probability and the value estimate of that observation.
+* ``rewards``, ``dones``, ``bootstrap``: what ARRIVED WITH this observation, i.e. the result of the previous
+  transition (``bootstrap``: the value of the final obs of a truncated episode, 0 elsewhere). The learner's
+  GAE therefore uses ``rewards[t + 1]``, ``dones[t + 1]`` and ``bootstrap[t + 1]`` for the transition out of
+  step ``t``.
+* ``versions[row]``: the policy version that produced the row's FIRST step.
+* ``states[row]``: the recurrent state the agent's policy had before its forward pass on the row's FIRST step
+  (width 0 for feed-forward policies), so the learner can replay the row from the same state.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
+
+import numpy as np
+
 from protocol.validation import ArraySpec
 
-ROW_STEP_FIELDS: dict[str, str] = {
-    "logprobs": "float32",
-    "values": "float32",
-    "rewards": "float32",
-    "dones": "uint8",
-    "bootstrap": "float32",
-}
-"""Scalar per-step fields of a row, with their wire dtypes (obs, actions and masks depend on the env)."""
+NAN = float("nan")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RowField:
+    """One array of a row. ``shape`` and ``dtype`` may name a :class:`RowLayout` attribute (the env's sizes)."""
+
+    name: str
+    """The array's name in a ROWS message, in the actor's assembler and in the learner's batch."""
+    per_step: bool
+    """True: one value per step, [rows, horizon, *shape]; False: one per row, [rows, *shape]."""
+    shape: tuple[int | str, ...]
+    """Trailing dimensions: sizes, or names of RowLayout attributes (a tuple-valued one is spliced in)."""
+    dtype: str
+    """The wire dtype, or the name of the RowLayout attribute that holds it."""
+    poison: float
+    """What fresh buffers hold so an unwritten value stands out: always NaN when the dtype is float, else
+    this value cast to the dtype (0xA5, or -1 for fields where nothing valid is negative)."""
+    finite: bool
+    """Receivers reject NaN and inf in this field."""
+
+
+ROW_FIELDS: tuple[RowField, ...] = (
+    RowField(name="obs", per_step=True, shape=("obs_shape",), dtype="obs_dtype", poison=0xA5, finite=False),
+    RowField(name="actions", per_step=True, shape=("action_shape",), dtype="action_dtype", poison=-1, finite=True),
+    RowField(name="action_masks", per_step=True, shape=("mask_size",), dtype="uint8", poison=0xA5, finite=False),
+    RowField(name="logprobs", per_step=True, shape=(), dtype="float32", poison=NAN, finite=True),
+    RowField(name="values", per_step=True, shape=(), dtype="float32", poison=NAN, finite=True),
+    RowField(name="rewards", per_step=True, shape=(), dtype="float32", poison=NAN, finite=True),
+    RowField(name="dones", per_step=True, shape=(), dtype="uint8", poison=0xFF, finite=False),
+    RowField(name="bootstrap", per_step=True, shape=(), dtype="float32", poison=NAN, finite=True),
+    RowField(name="versions", per_step=False, shape=(), dtype="int64", poison=-1, finite=False),
+    RowField(name="states", per_step=False, shape=("state_size",), dtype="float32", poison=NAN, finite=False),
+)
+"""Every array of a row, in ROWS message order. Adding a field here adds it to the assembler's buffers, the
+ROWS message and its validation, and the learner's host buffers; its producer (the actor's ``add`` call) and
+its consumers (the learner's RowBatch, and Minibatch when the losses read it) then name it."""
+
+ROW_FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in ROW_FIELDS)
+"""The names of ROW_FIELDS, in order."""
 
 HOST_STATS: tuple[str, ...] = ("inference_batches", "inference_agents", "inference_s", "act_s", "worker_wait_s",
                                "worker_step_s")
@@ -20,23 +73,59 @@ HOST_STATS: tuple[str, ...] = ("inference_batches", "inference_agents", "inferen
 env workers waited for actions and spent stepping). Each a finite number >= 0."""
 
 
-def row_array_specs(*, obs_shape: tuple[int, ...], obs_dtype: str, horizon: int, state_size: int = 0,
-                    action_shape: tuple[int, ...] = (), action_dtype: str = "int32",
-                    mask_size: int = 0) -> dict[str, ArraySpec]:
-    """Array specs of a ROWS message for rows of ``horizon`` (= bptt_horizon + 1) steps.
+@dataclass(frozen=True, kw_only=True)
+class RowLayout:
+    """The sizes and dtypes a row's arrays depend on: the horizon, the env's spaces and the policy's state."""
 
-    ``actions`` are [rows, horizon, *action_shape] in the action space's dtype (int32 or float32, finite),
-    ``action_masks`` [rows, horizon, mask_size] uint8 (width 0 when the env has no masks), and ``states``
-    [rows, state_size] the policy's recurrent state before step 0 of each row (width 0 for feed-forward
-    policies).
-    """
-    specs = {"obs": ArraySpec(dtype=obs_dtype, shape=(-1, horizon, *obs_shape)),
-             "actions": ArraySpec(dtype=action_dtype, shape=(-1, horizon, *action_shape),
-                                  allow_nonfinite=False),
-             "action_masks": ArraySpec(dtype="uint8", shape=(-1, horizon, mask_size))}
-    for name, dtype in ROW_STEP_FIELDS.items():
-        finite = dtype.startswith("float")
-        specs[name] = ArraySpec(dtype=dtype, shape=(-1, horizon), allow_nonfinite=not finite)
-    specs["versions"] = ArraySpec(dtype="int64", shape=(-1,))
-    specs["states"] = ArraySpec(dtype="float32", shape=(-1, state_size))
-    return specs
+    horizon: int
+    """Steps per row (bptt_horizon + 1)."""
+    obs_shape: tuple[int, ...]
+    """One observation's shape."""
+    obs_dtype: str
+    """The observations' dtype (the env's, kept on the wire)."""
+    action_shape: tuple[int, ...] = ()
+    """One action's shape (() for a single discrete choice)."""
+    action_dtype: str = "int32"
+    """The actions' dtype: int32 for the discrete kinds, float32 for box."""
+    mask_size: int = 0
+    """Width of an action mask (0: the env has no masks)."""
+    state_size: int = 0
+    """Width of the policy's recurrent state (0: feed-forward)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "obs_shape", tuple(int(d) for d in self.obs_shape))
+        object.__setattr__(self, "action_shape", tuple(int(d) for d in self.action_shape))
+        object.__setattr__(self, "obs_dtype", np.dtype(self.obs_dtype).name)
+        object.__setattr__(self, "action_dtype", np.dtype(self.action_dtype).name)
+
+    def value_shape(self, field: RowField) -> tuple[int, ...]:
+        """The shape of one value of ``field`` (one step's, or one row's for a per-row field)."""
+        dims: list[int] = []
+        for dim in field.shape:
+            value = getattr(self, dim) if isinstance(dim, str) else dim
+            dims.extend(value if isinstance(value, tuple) else (int(value),))
+        return tuple(dims)
+
+    def row_shape(self, field: RowField) -> tuple[int, ...]:
+        """The shape of ``field`` in one row: [horizon, *value_shape] per step, value_shape per row."""
+        value = self.value_shape(field)
+        return (self.horizon, *value) if field.per_step else value
+
+    def dtype(self, field: RowField) -> np.dtype:
+        """The dtype of ``field``."""
+        own = {f.name for f in fields(self)}
+        return np.dtype(getattr(self, field.dtype) if field.dtype in own else field.dtype)
+
+    def specs(self) -> dict[str, ArraySpec]:
+        """The array specs of a ROWS message, in message order."""
+        return {f.name: ArraySpec(dtype=self.dtype(f).name, shape=(-1, *self.row_shape(f)),
+                                  allow_nonfinite=not f.finite) for f in ROW_FIELDS}
+
+    def allocate(self, rows: int) -> dict[str, np.ndarray]:
+        """Buffers for ``rows`` rows of every field, holding the fields' poison values."""
+        arrays = {}
+        for f in ROW_FIELDS:
+            dtype = self.dtype(f)
+            poison = np.nan if dtype.kind == "f" else np.array(int(f.poison)).astype(dtype)
+            arrays[f.name] = np.full((rows, *self.row_shape(f)), poison, dtype=dtype)
+        return arrays

@@ -66,7 +66,7 @@ def make_steps(rng: np.random.Generator, n: int, obs_shape: tuple[int, ...], obs
 def add(asm: RowAssembler, agents: list[int], steps: list[dict], version: int) -> int:
     return asm.add_steps(
         np.array(agents, dtype=np.int64),
-        np.stack([s["obs"] for s in steps]) if steps else np.empty((0, *asm.obs_shape), asm.obs.dtype),
+        np.stack([s["obs"] for s in steps]) if steps else np.empty((0, *asm.layout.obs_shape), asm.arrays["obs"].dtype),
         np.array([s["actions"] for s in steps], dtype=np.int32),
         np.array([s["logprobs"] for s in steps], dtype=np.float32),
         np.array([s["values"] for s in steps], dtype=np.float32),
@@ -80,8 +80,8 @@ def check_rows(asm: RowAssembler, got_rows: np.ndarray, expected: list[tuple[int
     assert got_rows.dtype == np.int64
     assert got_rows.tolist() == [r for r, _, _ in expected]
     g = asm.gather(got_rows)
-    assert g["obs"].shape == (len(expected), asm.horizon, *asm.obs_shape)
-    assert g["obs"].dtype == asm.obs.dtype
+    assert g["obs"].shape == (len(expected), asm.horizon, *asm.layout.obs_shape)
+    assert g["obs"].dtype == asm.arrays["obs"].dtype
     for j, (_, steps, version) in enumerate(expected):
         assert g["versions"][j] == version
         for f in FIELDS:
@@ -184,11 +184,11 @@ def test_free_ring_exhaustion_raises_and_changes_nothing() -> None:
         assert step_one(asm, 0, v) == 1
     assert asm.free_rows() == 0 and asm.full_rows() == 2
     step_one(asm, 1, 9.0)  # position 0 needs no new row: still fine
-    before = (asm.ep_lengths.copy(), asm.ep_indices.copy(), asm.values.copy(), asm.rings.copy())
+    before = (asm.ep_lengths.copy(), asm.ep_indices.copy(), asm.arrays["values"].copy(), asm.rings.copy())
     with pytest.raises(RuntimeError, match="free rows"):
         add(asm, [1, 0], [dict(obs=np.zeros(2, np.float32), actions=0, logprobs=0, values=0,
                                rewards=0, dones=0, bootstrap=0)] * 2, 0)
-    after = (asm.ep_lengths, asm.ep_indices, asm.values, asm.rings)
+    after = (asm.ep_lengths, asm.ep_indices, asm.arrays["values"], asm.rings)
     for b, a in zip(before, after):
         np.testing.assert_array_equal(b, a)
     asm.release(asm.pop_full(1))
@@ -217,7 +217,8 @@ def test_bad_inputs_rejected() -> None:
 
 def test_poison_and_numba_compiled() -> None:
     asm = RowAssembler(num_agents=1, num_rows=2, horizon=2, obs_shape=(3,), obs_dtype="uint8")
-    assert (asm.obs == 0xA5).all() and np.isnan(asm.values).all() and (asm.actions == -1).all()
+    arrays = asm.arrays
+    assert (arrays["obs"] == 0xA5).all() and np.isnan(arrays["values"]).all() and (arrays["actions"] == -1).all()
     other = small(horizon=2)
     assert step_one(other, 0, 1.0) == 0 and step_one(other, 0, 2.0) == 1
     other.release(other.pop_full(3))

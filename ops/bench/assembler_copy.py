@@ -6,10 +6,11 @@ sizes it (``actors/host.py`` ``_start``: ``num_agents = workers x envs_per_worke
 inference step for the agents of ``workers`` ready groups (``GroupStepper.act``), and after it the sender's
 ``pop_full`` / ``gather`` / ``release`` per ``rows_per_message`` block (``ActorHost._ship``).
 
-Bytes counted per agent step: what lands in the row arrays, i.e. obs + action + action mask + logprob +
-value + reward + done + bootstrap (747 bytes for the gridworld: 6x11x11 uint8 obs, int32 action, no mask).
-The copy of a row's last step into the next row's step 0 and the per-row version are not counted (the
-assembler is credited with fewer bytes than it writes).
+Bytes counted per agent step: what lands in the row arrays, i.e. the per-step fields of
+``protocol.rows.ROW_FIELDS`` (obs + action + action mask + logprob + value + reward + done + bootstrap: 747 bytes
+for the gridworld, 6x11x11 uint8 obs, int32 action, no mask). The copy of a row's last step into the next row's
+step 0 and the per-row fields (version, recurrent state) are not counted (the assembler is credited with fewer
+bytes than it writes).
 
 Against:
   * ``memcpy_per_call``: ``np.copyto`` of the same fields, same dtypes, same number of agents per call,
@@ -19,9 +20,9 @@ Against:
   * ``memcpy_contiguous``: one big contiguous ``np.copyto`` of one horizon's worth of those bytes, the
     machine's copy ceiling; ``assembler_over_contiguous_memcpy`` is reported beside the headline.
 
-``--profile`` adds: the numba kernel called directly (the wrapper's Python overhead is the difference),
-an obs-only kernel and a scalars-only kernel (which part of the per-step work costs what), and NumPy's
-copy of the obs alone into a contiguous destination and into the assembler's own scattered row slots.
+``--profile`` adds: the numba kernel called directly (the wrapper's Python overhead is the difference), the
+same kernel given the obs alone and every other per-step field alone (which part of the per-step work costs
+what), and NumPy's copy of the obs alone into a contiguous destination and into scattered row slots.
 
 The three are timed in interleaved rounds (the machine may be shared); the headline ratio is the median over
 rounds, and the ratio of the totals is reported beside it.
@@ -36,7 +37,6 @@ from __future__ import annotations
 import argparse
 import time
 
-import numba
 import numpy as np
 
 from actors.assembler import RowAssembler, _add_steps_kernel
@@ -44,6 +44,7 @@ from envs.registry import env_spec
 from benchlib import emit
 from configs.loader import load_config
 from configs.plan import make_plan
+from protocol.rows import ROW_FIELDS, RowLayout
 
 TARGET = 0.5
 SOURCES = 4  # distinct input batches, cycled (the host's inputs are fresh arrays every step)
@@ -65,26 +66,20 @@ def host_layout(config, workers: int | None) -> dict:
             "rows_per_message": rows_per_message}
 
 
-def make_inputs(spec, n: int, seed: int) -> list[dict[str, np.ndarray]]:
-    """``SOURCES`` batches of one step for ``n`` agents, in the dtypes GroupStepper passes."""
+def make_inputs(rows: RowLayout, n: int, seed: int) -> list[dict[str, np.ndarray]]:
+    """``SOURCES`` batches of one step's per-step fields for ``n`` agents, in the rows' dtypes (small integers,
+    N(0, 1) floats: the values do not matter to a copy)."""
     rng = np.random.default_rng(seed)
     out = []
     for _ in range(SOURCES):
-        if np.dtype(spec.obs_dtype).kind in "ui":
-            obs = rng.integers(0, 4, (n, *spec.obs_shape)).astype(spec.obs_dtype)
-        else:
-            obs = rng.standard_normal((n, *spec.obs_shape)).astype(spec.obs_dtype)
-        if spec.action.dtype == "int32":
-            actions = rng.integers(0, 2, (n, *spec.action.shape)).astype(np.int32)
-        else:
-            actions = rng.standard_normal((n, *spec.action.shape)).astype(spec.action.dtype)
-        out.append({"obs": obs, "actions": actions,
-                    "action_masks": np.ones((n, spec.mask_size), dtype=np.uint8),
-                    "logprobs": rng.standard_normal(n).astype(np.float32),
-                    "values": rng.standard_normal(n).astype(np.float32),
-                    "rewards": rng.standard_normal(n).astype(np.float32),
-                    "dones": (rng.random(n) < 0.001).astype(np.uint8),
-                    "bootstrap": np.zeros(n, dtype=np.float32)})
+        batch = {}
+        for field in ROW_FIELDS:
+            if not field.per_step:
+                continue
+            shape, dtype = (n, *rows.value_shape(field)), rows.dtype(field)
+            values = rng.standard_normal(shape) if dtype.kind == "f" else rng.integers(0, 2, shape)
+            batch[field.name] = values.astype(dtype)
+        out.append(batch)
     return out
 
 
@@ -93,12 +88,18 @@ def step_bytes(inputs: dict[str, np.ndarray]) -> int:
     return sum(a.nbytes for a in inputs.values())
 
 
-def new_assembler(layout: dict) -> RowAssembler:
+def row_layout(layout: dict) -> RowLayout:
+    """The rows the host's assembler fills (feed-forward policy: no recurrent state)."""
     spec = layout["spec"]
-    return RowAssembler(num_agents=layout["total_agents"], num_rows=layout["num_rows"],
-                        horizon=layout["horizon"], obs_shape=spec.obs_shape, obs_dtype=spec.obs_dtype,
-                        state_size=0, action_shape=spec.action.shape, action_dtype=spec.action.dtype,
-                        mask_size=spec.mask_size)
+    return RowLayout(horizon=layout["horizon"], obs_shape=spec.obs_shape, obs_dtype=spec.obs_dtype,
+                     action_shape=spec.action.shape, action_dtype=spec.action.dtype, mask_size=spec.mask_size)
+
+
+def new_assembler(layout: dict) -> RowAssembler:
+    rows = row_layout(layout)
+    return RowAssembler(num_agents=layout["total_agents"], num_rows=layout["num_rows"], horizon=rows.horizon,
+                        obs_shape=rows.obs_shape, obs_dtype=rows.obs_dtype, state_size=rows.state_size,
+                        action_shape=rows.action_shape, action_dtype=rows.action_dtype, mask_size=rows.mask_size)
 
 
 def agent_batches(layout: dict) -> list[np.ndarray]:
@@ -131,8 +132,7 @@ class HostLoop:
             src = self.inputs[self.calls % SOURCES]
             ids = self.batches[self.calls % len(self.batches)]
             t0 = time.perf_counter()
-            asm.add_steps(ids, src["obs"], src["actions"], src["logprobs"], src["values"], src["rewards"],
-                          src["dones"], src["bootstrap"], 7, action_masks=src["action_masks"])
+            asm.add(ids, 7, **src)
             t1 = time.perf_counter()
             self.add_s += t1 - t0
             self.calls += 1
@@ -191,44 +191,6 @@ class CopyContiguous:
             self.copies += 1
 
 
-# ----- profiling kernels: the same loops as actors/assembler.py's _add_steps_kernel, split by field -----
-
-@numba.njit(cache=False)
-def _obs_only_kernel(agent_ids, obs_in, obs, ep_indices, ep_lengths):
-    n = agent_ids.shape[0]
-    horizon = obs.shape[1]
-    obs_size = obs.shape[2]
-    for i in range(n):
-        a = agent_ids[i]
-        row = ep_indices[a]
-        t = ep_lengths[a]
-        for k in range(obs_size):
-            obs[row, t, k] = obs_in[i, k]
-        t += 1
-        ep_lengths[a] = 0 if t == horizon else t
-
-
-@numba.njit(cache=False)
-def _scalars_only_kernel(agent_ids, act_in, lp_in, val_in, rew_in, done_in, boot_in, actions, logprobs, values,
-                         rewards, dones, bootstrap, ep_indices, ep_lengths):
-    n = agent_ids.shape[0]
-    horizon = actions.shape[1]
-    act_size = actions.shape[2]
-    for i in range(n):
-        a = agent_ids[i]
-        row = ep_indices[a]
-        t = ep_lengths[a]
-        for k in range(act_size):
-            actions[row, t, k] = act_in[i, k]
-        logprobs[row, t] = lp_in[i]
-        values[row, t] = val_in[i]
-        rewards[row, t] = rew_in[i]
-        dones[row, t] = done_in[i]
-        bootstrap[row, t] = boot_in[i]
-        t += 1
-        ep_lengths[a] = 0 if t == horizon else t
-
-
 def _timed(fn, seconds: float, min_calls: int) -> tuple[int, float]:
     calls, total = 0, 0.0
     started = time.perf_counter()
@@ -241,77 +203,49 @@ def _timed(fn, seconds: float, min_calls: int) -> tuple[int, float]:
 
 
 def profile(layout: dict, inputs: list[dict], seconds: float) -> list[dict]:
-    """Kernel alone (no wrapper), obs-only and scalars-only kernels; rows recycled without timing."""
+    """The kernel alone (no wrapper) on every per-step field, on the obs alone and on the other per-step fields
+    alone; rows recycled without timing."""
     spec = layout["spec"]
     batches = agent_batches(layout)
     horizon = layout["horizon"]
     n = layout["agents_per_call"]
-    prepared = []
-    for src in inputs:
-        prepared.append({"obs": src["obs"].reshape(n, -1), "actions": src["actions"].reshape(n, -1),
-                         **{k: src[k] for k in ("action_masks", "logprobs", "values", "rewards", "dones",
-                                                "bootstrap")},
-                         "states": np.empty((n, 0), dtype=np.float32)})
-    records = []
-
-    # The kernel alone: what add_steps costs without its Python validation and conversions.
-    asm = new_assembler(layout)
     rpm = layout["rows_per_message"]
-
-    def kernel_call(c: int) -> None:
-        p, ids = prepared[c % SOURCES], batches[c % len(batches)]
-        asm._stamp += 1
-        rc = _add_steps_kernel(ids, p["obs"], p["actions"], p["action_masks"], p["logprobs"], p["values"],
-                               p["rewards"], p["dones"], p["bootstrap"], p["states"], np.int64(7),
-                               asm.obs, asm.actions, asm.masks, asm.logprobs, asm.values, asm.rewards,
-                               asm.dones, asm.bootstrap, asm.versions, asm.states, asm.ep_indices,
-                               asm.ep_lengths, asm.free_ring, asm.full_ring, asm.rings, asm.row_state,
-                               asm._seen, np.int64(asm._stamp))
-        assert rc >= 0, rc
-
-    calls, total = 0, 0.0
-    started = time.perf_counter()
-    while time.perf_counter() - started < seconds or calls < 2 * horizon * len(batches):
-        t0 = time.perf_counter()
-        kernel_call(calls)
-        total += time.perf_counter() - t0
-        calls += 1
-        while asm.full_rows() >= rpm or not asm.can_accept(n):
-            asm.release(asm.pop_full(rpm))
     nbytes = step_bytes(inputs[0])
-    records.append({"variant": "kernel_direct", "calls": calls, "us_per_call": total / calls * 1e6,
-                    "bytes_per_s": calls * nbytes / total})
-
-    # Obs only / scalars only, over arrays shaped like the row pool.
-    R, H = layout["num_rows"], horizon
-    obs_pool = np.zeros((R, H, prepared[0]["obs"].shape[1]), dtype=spec.obs_dtype)
-    ep_indices = np.arange(layout["total_agents"], dtype=np.int64) * 2 % R
-    ep_lengths = np.zeros(layout["total_agents"], dtype=np.int64)
     obs_bytes = inputs[0]["obs"].nbytes
-    fn = lambda c: _obs_only_kernel(batches[c % len(batches)], prepared[c % SOURCES]["obs"], obs_pool,  # noqa: E731
-                                    ep_indices, ep_lengths)
-    fn(0)
-    calls, total = _timed(fn, seconds / 2, 2 * horizon)
-    records.append({"variant": "obs_only_kernel", "calls": calls, "us_per_call": total / calls * 1e6,
-                    "bytes_per_s": calls * obs_bytes / total, "bytes_per_call": obs_bytes})
+    names = [f.name for f in ROW_FIELDS if f.per_step]
+    records = []
+    parts = (("kernel_direct", lambda name: True, nbytes, seconds),
+             ("obs_only_kernel", lambda name: name == "obs", obs_bytes, seconds / 2),
+             ("scalars_only_kernel", lambda name: name != "obs", nbytes - obs_bytes, seconds / 2))
+    for variant, keep, part_bytes, part_seconds in parts:
+        asm = new_assembler(layout)
+        prepared = []
+        for src in inputs:  # what add() hands the kernel, without its checks and conversions
+            step_pairs, row_pairs = asm._pairs(n, 7, src)
+            prepared.append((tuple(p for name, p in zip(names, step_pairs) if keep(name)), row_pairs))
 
-    pools = {name: np.zeros((R, H), dtype=dt) for name, dt in (("logprobs", np.float32), ("values", np.float32),
-                                                              ("rewards", np.float32), ("dones", np.uint8),
-                                                              ("bootstrap", np.float32))}
-    act_pool = np.zeros((R, H, prepared[0]["actions"].shape[1]), dtype=spec.action.dtype)
-    ep_lengths[:] = 0
-    scalar_bytes = nbytes - obs_bytes
+        def kernel_call(c: int, asm: RowAssembler = asm, prepared: list = prepared) -> None:
+            step_pairs, row_pairs = prepared[c % SOURCES]
+            asm._stamp += 1
+            rc = _add_steps_kernel(batches[c % len(batches)], np.int64(asm._stamp), step_pairs, row_pairs, asm._book)
+            assert rc >= 0, rc
 
-    def scalars(c: int) -> None:
-        p = prepared[c % SOURCES]
-        _scalars_only_kernel(batches[c % len(batches)], p["actions"], p["logprobs"], p["values"], p["rewards"],
-                             p["dones"], p["bootstrap"], act_pool, pools["logprobs"], pools["values"],
-                             pools["rewards"], pools["dones"], pools["bootstrap"], ep_indices, ep_lengths)
+        kernel_call(0)
+        calls, total = 0, 0.0
+        started = time.perf_counter()
+        while time.perf_counter() - started < part_seconds or calls < 2 * horizon * len(batches):
+            t0 = time.perf_counter()
+            kernel_call(calls)
+            total += time.perf_counter() - t0
+            calls += 1
+            while asm.full_rows() >= rpm or not asm.can_accept(n):
+                asm.release(asm.pop_full(rpm))
+        records.append({"variant": variant, "calls": calls, "us_per_call": total / calls * 1e6,
+                        "bytes_per_s": calls * part_bytes / total, "bytes_per_call": part_bytes})
 
-    scalars(0)
-    calls, total = _timed(scalars, seconds / 2, 2 * horizon)
-    records.append({"variant": "scalars_only_kernel", "calls": calls, "us_per_call": total / calls * 1e6,
-                    "bytes_per_s": calls * scalar_bytes / total, "bytes_per_call": scalar_bytes})
+    R, H = layout["num_rows"], horizon
+    obs_pool = np.zeros((R, H, int(np.prod(spec.obs_shape))), dtype=spec.obs_dtype)
+    ep_indices = np.arange(layout["total_agents"], dtype=np.int64) * 2 % R
 
     # NumPy's copy of the obs alone, per call (what the obs-only kernel competes with).
     dst = np.zeros((H, *inputs[0]["obs"].shape), dtype=spec.obs_dtype)
@@ -334,7 +268,7 @@ def bench(config_path: str, overrides: list[str], workers: int | None, seconds: 
     config = load_config(config_path, overrides)
     layout = host_layout(config, workers)
     spec = layout["spec"]
-    inputs = make_inputs(spec, layout["agents_per_call"], config.run.seed)
+    inputs = make_inputs(row_layout(layout), layout["agents_per_call"], config.run.seed)
     per_call = step_bytes(inputs[0])
     common = {"config": config_path, "env": config.env.name, "obs_shape": list(spec.obs_shape),
               "obs_dtype": spec.obs_dtype, "total_agents": layout["total_agents"], "num_rows": layout["num_rows"],

@@ -22,10 +22,11 @@ from envs.registry import env_spec
 from envs.base import EnvSpec
 from configs.loader import load_config
 from configs.plan import make_plan
+from learner.batch import BatchBuffers, RowBatch, row_layout, to_batch
 from learner.losses import minibatch_losses
-from learner.ppo import RowBatch, ppo_update
+from learner.ppo import ppo_update
+from learner.ppo_algorithm import make_optimizer
 from learner.schedules import schedule_for
-from learner.trainer import make_optimizer
 from policies.factory import make_policy
 
 
@@ -44,12 +45,14 @@ def synthetic_batch(policy: torch.nn.Module, spec: EnvSpec, segments: int, horiz
     logprobs = torch.log_softmax(logits, -1).gather(-1, actions.unsqueeze(-1)).squeeze(-1)
     dones = (torch.rand((segments, horizon), generator=gen) < 0.02).float()
     policy.to(device)
-    return RowBatch(obs=obs.to(device), actions=actions.to(device),
-                    action_masks=torch.zeros((segments, horizon, 0), dtype=torch.uint8, device=device),
-                    logprobs=logprobs.to(device),
-                    values=values.to(device), rewards=torch.rand((segments, horizon), generator=gen).to(device),
-                    dones=dones.to(device), bootstrap=torch.zeros((segments, horizon), device=device),
-                    states=torch.zeros((segments, policy.state_size), device=device))
+    buffers = BatchBuffers.allocate(row_layout(spec, horizon=horizon, state_size=policy.state_size), segments)
+    arrays = buffers.arrays  # every field is set below
+    for name, tensor in (("obs", obs), ("actions", actions), ("logprobs", logprobs), ("values", values),
+                         ("rewards", torch.rand((segments, horizon), generator=gen)), ("dones", dones)):
+        arrays[name][:] = tensor.numpy()
+    for name in ("action_masks", "bootstrap", "versions", "states"):
+        arrays[name][:] = 0
+    return to_batch(buffers, device)
 
 
 def time_updates(config, device: torch.device, updates: int, compiled: bool) -> dict:

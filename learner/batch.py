@@ -1,0 +1,105 @@
+"""A batch of rows in the learner, as the table of row fields (``protocol.rows.ROW_FIELDS``) lays it out.
+
+``BatchBuffers`` is the host copy the ingest thread fills, one array per field; ``to_batch`` moves it to the
+training device as a ``RowBatch``, whose fields are the table's; ``minibatch_rows`` cuts a RowBatch into what
+every ``learner.losses.Minibatch`` takes from the rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from envs.base import EnvSpec
+from protocol.rows import ROW_FIELDS, RowLayout
+
+LEARNER_FLOAT = frozenset({"dones"})
+"""Row fields the learner reads as float32 (they multiply returns and recurrent states); int32 fields (the
+discrete kinds' actions) become int64, the dtype torch indexes with; every other field keeps its wire dtype."""
+
+NOT_IN_MINIBATCH = frozenset({"rewards", "bootstrap", "versions"})
+"""Row fields the update reads before it samples minibatches: they reach the losses as advantages and returns."""
+
+MINIBATCH_NAMES = {"logprobs": "old_logprobs", "values": "old_values"}
+"""Row fields a Minibatch carries under another name (CleanRL's); the others keep the table's names."""
+
+MINIBATCH_DERIVED = ("advantages", "returns", "is_weights")
+"""Minibatch fields the update computes rather than takes from the rows."""
+
+
+def row_layout(env: EnvSpec, *, horizon: int, state_size: int) -> RowLayout:
+    """The rows of an env's ROWS messages: ``horizon`` (bptt_horizon + 1) steps, the policy's state width."""
+    return RowLayout(horizon=horizon, obs_shape=env.obs_shape, obs_dtype=env.obs_dtype,
+                     action_shape=env.action.shape, action_dtype=env.action.dtype, mask_size=env.mask_size,
+                     state_size=state_size)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BatchBuffers:
+    """One batch of rows in host memory: every row field, [segments, horizon, ...] or [segments, ...]."""
+
+    arrays: dict[str, np.ndarray]
+    """Field name -> array, in ROW_FIELDS order and wire dtypes."""
+
+    @classmethod
+    def allocate(cls, layout: RowLayout, segments: int) -> BatchBuffers:
+        """Buffers for ``segments`` rows, holding each field's poison value until filled (every row of a
+        batch is written before the trainer reads it, so an unfilled value shows up as NaN or a marker)."""
+        return cls(arrays=layout.allocate(segments))
+
+
+@dataclass(frozen=True, kw_only=True)
+class RowBatch:
+    """A batch of rows on the training device, one tensor per row field; per-step tensors are [S, T+1]."""
+
+    obs: torch.Tensor
+    """[S, T+1, *obs_shape] in the env dtype."""
+    actions: torch.Tensor
+    """[S, T+1, *action_shape] actions taken (int64 for the discrete kinds, float32 for box)."""
+    action_masks: torch.Tensor
+    """[S, T+1, mask_size] uint8 legal-action flags the actor sampled under (mask_size 0: no masks)."""
+    logprobs: torch.Tensor
+    """[S, T+1] behaviour log-probs."""
+    values: torch.Tensor
+    """[S, T+1] behaviour values."""
+    rewards: torch.Tensor
+    """[S, T+1] reward that arrived with each step."""
+    dones: torch.Tensor
+    """[S, T+1] 1.0 where the episode ended on the transition into this step."""
+    bootstrap: torch.Tensor
+    """[S, T+1] value of the final obs of a truncated episode (0 elsewhere)."""
+    versions: torch.Tensor
+    """[S] int64 policy version that produced each row's first step."""
+    states: torch.Tensor
+    """[S, policy.state_size] recurrent state the actor had before its forward pass on step 0."""
+
+
+def to_batch(buffers: BatchBuffers, device: torch.device) -> RowBatch:
+    """Host batch -> device tensors (obs keeps its env dtype; the model casts)."""
+    pin = device.type == "cuda"
+    tensors = {}
+    for field in ROW_FIELDS:
+        tensor = torch.from_numpy(buffers.arrays[field.name])
+        if pin:
+            tensor = tensor.pin_memory()
+        tensor = tensor.to(device, non_blocking=pin)
+        if field.name in LEARNER_FLOAT:
+            tensor = tensor.to(torch.float32)
+        elif tensor.dtype == torch.int32:
+            tensor = tensor.to(torch.int64)
+        tensors[field.name] = tensor
+    return RowBatch(**tensors)
+
+
+def minibatch_rows(batch: RowBatch, horizon: int) -> dict[str, torch.Tensor]:
+    """What minibatches take from the rows, under their Minibatch names: every row field but NOT_IN_MINIBATCH,
+    per-step ones cut to the first ``horizon`` steps (the last step of a row only bootstraps)."""
+    rows = {}
+    for field in ROW_FIELDS:
+        if field.name in NOT_IN_MINIBATCH:
+            continue
+        tensor = getattr(batch, field.name)
+        rows[MINIBATCH_NAMES.get(field.name, field.name)] = tensor[:, :horizon] if field.per_step else tensor
+    return rows
