@@ -47,22 +47,27 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as err:
             return _fail(str(err))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    from actors.host import ActorHost  # heavy imports (torch, numba) only when running
+    from actors import wiring  # heavy imports (torch, numba) only when running
+    from actors.env_failures import EnvFailure
     from actors.pool_client import PoolError
-    from actors.worker import EnvFailure
+    from actors.stop_flag import StopFlag
+    from configs.loader import ConfigError
+    from configs.plan import PlanError
+    from envs.errors import EnvConfigError
 
-    host = ActorHost(endpoint, num_workers=args.n, null_policy=args.null_policy, pool=pool)
+    stop = StopFlag()
 
     def handler(signum: int, _frame: object) -> None:
-        host.request_stop(f"{signal.Signals(signum).name} received")
+        stop.request(f"{signal.Signals(signum).name} received")
 
     signal.signal(signal.SIGINT, handler)
     signal.signal(signal.SIGTERM, handler)
+    options = wiring.HostOptions(learner=endpoint, num_workers=args.n, null_policy=args.null_policy, pool=pool)
     try:
-        return host.run()
-    except ValueError as err:
+        return wiring.run_host(options, stop)
+    except (ConfigError, PlanError, EnvConfigError) as err:  # the user's to fix; anything else is a bug: traceback
         return _fail(str(err))
-    except (EnvFailure, PoolError) as err:
+    except (EnvFailure, PoolError) as err:  # the env or the pool server failed at run time; the reason says how
         return _fail(str(err), code=1)
 
 

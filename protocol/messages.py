@@ -107,6 +107,7 @@ REQUIRED_FIELDS: dict[MessageType, dict[str, type]] = {
 #: Fields in neither table are passed through unchecked (beyond being
 #: msgpack-native) so that additive changes stay compatible.
 OPTIONAL_FIELDS: dict[MessageType, dict[str, type]] = {
+    MessageType.HEARTBEAT: {"env_error": dict},
     MessageType.HEARTBEAT_ACK: {"run_id": str},
     MessageType.ROWS: {"episode_stats": dict, "env_restarts": int, "host_stats": dict},
 }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 
@@ -70,3 +71,47 @@ def test_views_share_memory_between_mappings():
 def test_segment_names_must_carry_the_prefix():
     with pytest.raises(ValueError, match="must start with 'sluice_'"):
         ShmSegment.create("other_1_w0", 64)
+
+
+@pytest.fixture
+def in_process(monkeypatch):
+    """Run ``main`` inside the test: pytest keeps its signal handlers and torch its thread count."""
+    monkeypatch.setattr(signal, "signal", lambda *args: None)
+    monkeypatch.setattr("torch.set_num_threads", lambda n: None)
+    return monkeypatch
+
+
+def _registered(config: dict):
+    """LearnerLink.register as if a learner answered with ``config`` (no learner needed)."""
+    from actors.learner_link import Registration
+
+    registration = Registration(config=config, run_id="run", version=0, weights={}, data_port=1, weights_port=2)
+    return lambda self, **kwargs: registration
+
+
+@pytest.mark.parametrize("config, message", [
+    ({"trainer": {"no_such_key": 1}}, "trainer.no_such_key"),
+    ({"env": {"name": "native", "entry_point": "no_such_module:Env"}}, "no_such_module"),
+])
+def test_a_config_error_exits_2_with_one_line(config, message, in_process, capsys):
+    from actors.learner_link import LearnerLink
+
+    in_process.setattr(LearnerLink, "register", _registered(config))
+    assert main(["--learner", "tcp://127.0.0.1:1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("python -m actors: error: ") and message in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_an_internal_error_propagates_with_its_traceback(in_process):
+    """A plain ValueError inside the host is a bug, not a usage error: it must not become exit 2."""
+    from actors import wiring
+    from actors.learner_link import LearnerLink
+
+    def broken(*args, **kwargs):
+        raise ValueError("an internal bug")
+
+    in_process.setattr(LearnerLink, "register", _registered({}))
+    in_process.setattr(wiring, "make_plan", broken)
+    with pytest.raises(ValueError, match="an internal bug"):
+        main(["--learner", "tcp://127.0.0.1:1"])

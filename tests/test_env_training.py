@@ -4,12 +4,21 @@ envs that fail (restarted and counted mid-run; fatal when they cannot reset)."""
 
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 import pytest
 
+from tests import faulty_envs
 from tests.processes import Run, metrics
 
 SPREAD = "configs/mpe_spread.yaml"
+
+
+def line_of(function, text: str) -> int:
+    """The file line number of the first line of ``function`` that contains ``text``."""
+    lines, first = inspect.getsourcelines(function)
+    return first + next(i for i, line in enumerate(lines) if text in line)
 
 
 def finish(run: Run, learner, actors, timeout: float = 300) -> list[dict]:
@@ -100,6 +109,12 @@ def test_env_raising_mid_run_is_restarted_and_counted(tmp_path) -> None:
     log = run.log("actors.log")
     assert "raised and was restarted" in log and "flaky env: failing on step call 40" in log
     assert "env 'native:tests.faulty_envs:FlakyCartPole' raised in step()" in log
+    # the user's traceback reaches the host's console, and its type and line reach the learner's log
+    raised_at = line_of(faulty_envs.FlakyCartPole.step, "raise RuntimeError")
+    assert f'faulty_envs.py", line {raised_at}, in step' in log and "NoneType: None" not in log
+    assert f"(RuntimeError at {faulty_envs.__file__}:{raised_at})" in log
+    assert (f"env error RuntimeError at {faulty_envs.__file__}:{raised_at}: env "
+            "'native:tests.faulty_envs:FlakyCartPole' raised in step()") in run.log("learner.log")
 
 
 def test_env_that_cannot_reset_stops_its_host_with_the_reason(tmp_path) -> None:
@@ -116,3 +131,7 @@ def test_env_that_cannot_reset_stops_its_host_with_the_reason(tmp_path) -> None:
     assert ("python -m actors: error: env worker 0 could not start its env: env "
             "'native:tests.faulty_envs:BrokenReset' raised in reset(): OSError('simulator license server "
             "unreachable')") in log, log
+    raised_at = line_of(faulty_envs.BrokenReset.reset, "raise OSError")
+    assert f'faulty_envs.py", line {raised_at}, in reset' in log
+    assert (f"env error OSError at {faulty_envs.__file__}:{raised_at}: env worker 0 could not start its env"
+            in run.log("learner.log"))

@@ -16,7 +16,9 @@ from envs.connect_four import ConnectFourVec
 from actors.inference import Inference
 from actors.opponents import OpponentAssignment, OpponentCache, Opponents, learner_seats, policy_from_file
 from actors.recurrent_state import AgentStates
-from actors.stepper import GroupStepper, Pending
+from actors.rows_report import RowsReport
+from actors.slot_layout import SlotLayout
+from actors.stepper import GroupStepper
 from configs.schema import ModelSection, SelfPlaySection
 from learner.pool import SnapshotStore
 from learner.pool_server import PoolService
@@ -127,17 +129,19 @@ def test_one_forward_pass_per_unique_opponent_and_only_learner_seats_recorded(se
     assembler = RowAssembler(num_agents=total, num_rows=64 * total, horizon=5, obs_shape=SPEC.obs_shape,
                              obs_dtype=SPEC.obs_dtype, state_size=0, action_shape=(), action_dtype="int32",
                              mask_size=SPEC.mask_size)
-    stepper = GroupStepper(spec=SPEC, inference=learner, assembler=assembler, states=AgentStates(total, 0),
-                           envs_per_group=num_envs, groups_per_worker=1, opponents=opponents)
+    layout = SlotLayout(workers=1, groups=1, envs_per_group=num_envs, agents_per_env=2)
+    stepper = GroupStepper(env_spec=SPEC, layout=layout, inference=learner, assembler=assembler,
+                           states=AgentStates(total, 0), opponents=opponents)
     env = ConnectFourVec(num_envs)
     buffers = StepBuffers.allocate(SPEC, num_envs)
     env.reset(buffers, seed=0)
-    pending = Pending(stats={name: [] for name in SPEC.episode_stats})
-    stepper.act([(vars(buffers), 0, 0)], pending)
+    report = RowsReport.for_stats(SPEC.episode_stats)
+    group = layout.group_view(0, 0, buffers)
+    stepper.act([group], report)
     # first move: slot 0 of each env is active; the learner sits there in even envs, opponents in odd ones
     learner_passes = [n for who, n in passes if who == id(learner)]
     opponent_passes = [n for who, n in passes if who != id(learner)]
-    assert learner_passes == [8] and pending.agent_steps == 8
+    assert learner_passes == [8] and report.agent_steps == 8
     odd_unique = len({digests[e] for e in range(1, num_envs, 2)})
     assert len(opponent_passes) == odd_unique and sum(opponent_passes) == 8
     legal = buffers.action_mask[np.arange(0, 2 * num_envs, 2), buffers.actions[::2]]
@@ -145,11 +149,11 @@ def test_one_forward_pass_per_unique_opponent_and_only_learner_seats_recorded(se
     # play many moves: every recorded agent is a learner seat; returns come from learner seats only
     for _ in range(200):
         env.step(buffers)
-        stepper.act([(vars(buffers), 0, 0)], pending)
+        stepper.act([group], report)
     seats = learner_seats(num_envs, 2)
     recorded = np.flatnonzero(assembler.ep_lengths > 0)
     assert len(recorded) and seats[recorded].all()
-    assert pending.returns and set(pending.returns) <= {-1.0, 0.0, 1.0}
+    assert report.returns and set(report.returns) <= {-1.0, 0.0, 1.0}
     assert cache.downloads == 10
 
 

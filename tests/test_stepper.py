@@ -13,7 +13,9 @@ from envs.base import EnvSpec, StepBuffers
 from envs.spaces import ActionSpace
 from actors.inference import Inference
 from actors.recurrent_state import AgentStates
-from actors.stepper import GroupStepper, Pending
+from actors.rows_report import RowsReport
+from actors.slot_layout import SlotLayout
+from actors.stepper import GroupStepper
 from configs.schema import ModelSection
 from protocol.rows import HOST_STATS
 
@@ -47,16 +49,16 @@ def stepper_for(spec: EnvSpec, model: ModelSection, *, workers: int, envs: int, 
                                    state_size=inference.state_size, action_shape=spec.action.shape,
                                    action_dtype=spec.action.dtype, mask_size=spec.mask_size)
     states = AgentStates(total, inference.state_size)
-    stepper = GroupStepper(spec=spec, inference=inference, assembler=assembler, states=states,
-                           envs_per_group=envs, groups_per_worker=1)
+    layout = SlotLayout(workers=workers, groups=1, envs_per_group=envs, agents_per_env=spec.num_agents)
+    stepper = GroupStepper(env_spec=spec, layout=layout, inference=inference, assembler=assembler, states=states)
     buffers = [StepBuffers.allocate(spec, envs) for _ in range(workers)]
     return stepper, buffers
 
 
-def act(stepper: GroupStepper, buffers: list[StepBuffers], pending: Pending | None = None) -> Pending:
-    pending = pending or Pending()
-    stepper.act([(vars(b), w, 0) for w, b in enumerate(buffers)], pending)
-    return pending
+def act(stepper: GroupStepper, buffers: list[StepBuffers], report: RowsReport | None = None) -> RowsReport:
+    report = report or RowsReport()
+    stepper.act([stepper.layout.group_view(w, 0, b) for w, b in enumerate(buffers)], report)
+    return report
 
 
 def fake_env_step(rng: np.random.Generator, b: StepBuffers) -> None:
@@ -128,22 +130,22 @@ def test_inactive_slots_are_neither_acted_for_nor_recorded() -> None:
     stepper, (buf,) = stepper_for(spec, ModelSection(hidden_size=8, num_layers=1), workers=1, envs=1, horizon=3,
                                   seed=0)
     buf.obs[:] = np.arange(6, dtype=np.float32).reshape(3, 2)
-    pending = act(stepper, [buf])
+    report = act(stepper, [buf])
     buf.active[:] = [True, False, False]
     buf.actions[:] = 7  # whatever was there: inactive slots must come back with action 0
     buf.episode_done[:] = [False, True, True]  # their episodes ended on the step they finished
     buf.episode_return[:] = [0.0, 2.5, -1.0]
     buf.episode_length[:] = [0, 4, 4]
     for _ in range(3):
-        act(stepper, [buf], pending)
+        act(stepper, [buf], report)
         buf.episode_done[:] = False
     calls = stepper.assembler.calls
     assert [list(c["ids"]) for c in calls] == [[0, 1, 2], [0], [0], [0]]
     assert list(buf.actions[1:]) == [0, 0]
-    assert pending.agent_steps == 3 + 3 and pending.env_steps == 4
-    assert pending.returns == [2.5, -1.0] and pending.lengths == [4, 4]
+    assert report.agent_steps == 3 + 3 and report.env_steps == 4
+    assert report.returns == [2.5, -1.0] and report.lengths == [4, 4]
     # the host's inference counters: one forward pass per act, of the active agents only
-    stats = pending.host_stats()
+    stats = report.host_stats()
     assert tuple(stats) == HOST_STATS
     assert stats["inference_batches"] == 4 and stats["inference_agents"] == 6
     assert 0 < stats["inference_s"] <= stats["act_s"]
@@ -151,7 +153,7 @@ def test_inactive_slots_are_neither_acted_for_nor_recorded() -> None:
     buf.active[:] = True
     buf.rewards[:] = [0.0, 5.0, -5.0]
     buf.terminated[:] = [True, True, True]
-    act(stepper, [buf], pending)
+    act(stepper, [buf], report)
     assert list(calls[-1]["ids"]) == [0, 1, 2] and list(calls[-1]["rewards"]) == [0.0, 5.0, -5.0]
     # agent 1's row holds exactly its two real steps so far: no padding for the steps it sat out
     assert list(stepper.assembler.ep_lengths) == [1, 2, 2]  # agent 0 filled two rows of 3 (one step shared)
@@ -198,7 +200,7 @@ def test_named_episode_stats_are_collected() -> None:
                                   seed=0)
     buf.episode_done[:] = [True, False, True]
     buf.episode_stats[:] = [[1.0, 2.0], [9.0, 9.0], [3.0, 4.0]]
-    pending = act(stepper, [buf])
-    assert pending.stats == {"collected": [1.0, 3.0], "converted": [2.0, 4.0]}
-    pending.clear()
-    assert pending.stats == {"collected": [], "converted": []} and pending.agent_steps == 0
+    report = act(stepper, [buf])
+    assert report.stats == {"collected": [1.0, 3.0], "converted": [2.0, 4.0]}
+    report.clear()
+    assert report.stats == {"collected": [], "converted": []} and report.agent_steps == 0

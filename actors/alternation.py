@@ -1,0 +1,45 @@
+"""Self-play on an actor host: the envs' opponents, drawn from the pool server at start and at each alternation.
+
+Every ``selfplay.alternation_steps`` env steps per env the host asks the pool server for a new assignment;
+``Opponents`` hands it to each env at its next episode end. The first assignment is fetched when this is
+built (blocking: nothing plays without one); a later one that fails leaves the current opponents playing.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from actors.opponents import Opponents
+from actors.pool_client import PoolClient, PoolError
+
+LOG = logging.getLogger("sluice.actors")
+
+
+class OpponentAlternation:
+    """When to draw the next opponents, and drawing them."""
+
+    def __init__(self, *, client: PoolClient, opponents: Opponents, steps_per_alternation: int) -> None:
+        self.client = client
+        self.opponents = opponents
+        self.steps_per_alternation = steps_per_alternation
+        """Env steps (all the host's envs together) between two alternations."""
+        self.started_at = 0
+        """The stepper's env step count when the current alternation began."""
+        self._draw()
+
+    def maybe_next(self, env_steps: int) -> None:
+        """Draw the envs' next opponents if ``env_steps`` (the host's total) says an alternation is due."""
+        if env_steps - self.started_at < self.steps_per_alternation:
+            return
+        self.started_at = env_steps
+        try:
+            self._draw()
+        except PoolError as err:  # keep playing the current opponents; try again next alternation
+            LOG.warning("no new opponents this alternation: %s", err)
+
+    def _draw(self) -> None:
+        num_envs = len(self.opponents.env_digests)
+        assignment = self.client.opponents(num_envs)
+        self.opponents.assign(assignment)
+        LOG.info("alternation %d: %d envs play %d unique opponents (%d snapshots downloaded so far)",
+                 assignment.alternation, num_envs, len(set(assignment.digests)), self.opponents.cache.downloads)

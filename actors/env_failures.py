@@ -1,0 +1,73 @@
+"""Env failures as an actor host sees them: a short report of each, and the error that stops the host.
+
+A worker turns the exception its env raised into an ``EnvErrorReport`` (the message, the type of the env's
+own exception and the innermost frame of its traceback, i.e. the user's file and line) and sends it to the
+host with the ENV_RESTARTED or FATAL status. The host logs it, forwards the latest one to the learner with
+its next heartbeat, and on FATAL raises ``EnvFailure`` with it.
+"""
+
+from __future__ import annotations
+
+import json
+import traceback
+from dataclasses import dataclass, replace
+
+from envs.errors import EnvRaised
+
+MAX_MESSAGE_CHARS = 2000
+"""Longest message a report keeps (the rest is cut): it travels in pipes and heartbeats."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class EnvErrorReport:
+    """One env failure, summarised."""
+
+    message: str
+    """What failed: the worker's context, then the exception's message (at most MAX_MESSAGE_CHARS)."""
+    error_type: str
+    """Type of the env's own exception (the cause of an ``EnvRaised``), e.g. 'RuntimeError'."""
+    location: str
+    """'file:line' of the innermost frame of that exception's traceback (the user's code); '' if unknown."""
+
+    @classmethod
+    def from_exception(cls, exc: BaseException) -> "EnvErrorReport":
+        """The report of ``exc``, looking through ``EnvRaised`` wrappers to the env's own exception."""
+        original = exc
+        while isinstance(original, EnvRaised) and original.__cause__ is not None:
+            original = original.__cause__
+        frames = traceback.extract_tb(original.__traceback__)
+        location = f"{frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+        kind = type(original)
+        name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+        return cls(message=str(exc)[:MAX_MESSAGE_CHARS], error_type=name, location=location)
+
+    def within(self, context: str) -> "EnvErrorReport":
+        """The same report, its message prefixed with ``context`` (what the worker was doing)."""
+        return replace(self, message=f"{context}: {self.message}"[:MAX_MESSAGE_CHARS])
+
+    def text(self) -> str:
+        """One line for logs and error messages."""
+        where = f" at {self.location}" if self.location else ""
+        return f"{self.message} ({self.error_type}{where})"
+
+    def fields(self) -> dict[str, str]:
+        """The report as the HEARTBEAT message's ``env_error`` field."""
+        return {"type": self.error_type, "message": self.message, "where": self.location}
+
+    def to_bytes(self) -> bytes:
+        """Encoded for the worker's pipe."""
+        return json.dumps(self.fields()).encode("utf-8")
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "EnvErrorReport":
+        """Decoded from the worker's pipe."""
+        fields = json.loads(data.decode("utf-8", "replace"))
+        return cls(message=fields["message"], error_type=fields["type"], location=fields["where"])
+
+
+class EnvFailure(RuntimeError):
+    """A worker's env cannot run at all (fails to build or reset, keeps raising, or its worker keeps dying)."""
+
+    def __init__(self, report: EnvErrorReport) -> None:
+        super().__init__(report.text())
+        self.report = report

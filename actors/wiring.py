@@ -1,0 +1,124 @@
+"""An actor host, built in one place: ``build_host`` makes every part and connects them, in data-flow order.
+
+    learner --REGISTERED--> config, weights --> Inference
+    WorkerPool --ready GroupViews--> GroupStepper --(Inference, Opponents)--> actions --> WorkerPool.wake
+                                      GroupStepper --steps--> RowAssembler --full rows--> LearnerLink (PUSH)
+    LearnerLink (control, weights) + worker pipes --> one zmq.Poller --> ActorHost's loop
+
+``run_host`` registers with the learner first (the config comes from it), then builds and runs the host;
+everything that must be released (worker processes, shared memory, sockets) is released in reverse order.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from contextlib import ExitStack
+from dataclasses import dataclass
+
+import torch
+import zmq
+
+from actors.alternation import OpponentAlternation
+from actors.assembler import RowAssembler
+from actors.host import ActorHost
+from actors.inference import Inference, NullInference
+from actors.learner_link import LearnerLink, Registration
+from actors.opponents import OpponentCache, Opponents
+from actors.pool_client import PoolClient
+from actors.recurrent_state import AgentStates
+from actors.shm import remove_stale_segments
+from actors.slot_layout import SlotLayout
+from actors.stepper import GroupStepper
+from actors.stop_flag import StopFlag
+from actors.worker_pool import WorkerPool
+from configs.loader import config_from_dict
+from configs.plan import make_plan
+from configs.schema import RunConfig
+from envs.base import EnvSpec
+from envs.registry import env_spec
+from protocol import Limits
+from protocol.endpoints import Endpoint
+
+LOG = logging.getLogger("sluice.actors")
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostOptions:
+    """What the command line asks of an actor host."""
+
+    learner: Endpoint
+    """The learner's control address."""
+    num_workers: int | None = None
+    """Env worker processes (None: the run's trainer.num_workers)."""
+    null_policy: bool = False
+    """Uniformly random legal actions instead of the learner's policy (pipeline benchmarks)."""
+    pool: Endpoint | None = None
+    """The opponent-pool server for self-play (None: the learner, which serves the pool itself)."""
+
+
+def run_host(options: HostOptions, stop: StopFlag) -> int:
+    """Register with the learner, build the host, run it until ``stop`` is set; returns the exit code."""
+    for name in remove_stale_segments():
+        LOG.info("removed stale shared memory %s", name)
+    with ExitStack() as resources:
+        resources.callback(lambda: print(f"actors: stopped ({stop.reason or 'done'})", flush=True))
+        link = LearnerLink(options.learner, num_workers=options.num_workers or 0, limits=Limits())
+        resources.callback(link.close)
+        registration = link.register(retry_s=1.0, should_stop=stop.is_set)
+        if registration is None:
+            return 0
+        build_host(registration, link, options=options, stop=stop, resources=resources).run()
+        return 0
+
+
+def build_host(registration: Registration, link: LearnerLink, *, options: HostOptions, stop: StopFlag,
+               resources: ExitStack) -> ActorHost:
+    """Every part of an actor host and the links between them; what needs releasing goes on ``resources``."""
+    config = config_from_dict(registration.config)
+    torch.set_num_threads(config.run.torch_threads)
+    spec = env_spec(config.env)
+    plan = make_plan(config.trainer, num_agents=config.env.num_agents,
+                     num_workers=options.num_workers or config.trainer.num_workers)
+    layout = SlotLayout.from_plan(plan, groups=config.trainer.async_factor, agents_per_env=spec.num_agents)
+    seed = config.run.seed + os.getpid()
+    inference = (NullInference(spec, seed=seed) if options.null_policy
+                 else Inference(spec, config.model, seed=seed))
+    inference.load(registration.version, registration.weights)
+    assembler = RowAssembler(num_agents=layout.total_slots,
+                             num_rows=2 * layout.total_slots + 2 * config.network.rows_per_message,
+                             horizon=config.trainer.bptt_horizon + 1, obs_shape=spec.obs_shape,
+                             obs_dtype=spec.obs_dtype, state_size=inference.state_size,
+                             action_shape=spec.action.shape, action_dtype=spec.action.dtype,
+                             mask_size=spec.mask_size)
+    alternation = (_opponent_alternation(config, spec, layout, endpoint=options.pool or options.learner,
+                                         sender=link.name, seed=seed, resources=resources)
+                   if config.selfplay.enabled else None)
+    stepper = GroupStepper(env_spec=spec, layout=layout, inference=inference, assembler=assembler,
+                           states=AgentStates(layout.total_slots, inference.state_size),
+                           opponents=None if alternation is None else alternation.opponents)
+    link.open_streams(registration, hwm=config.network.send_queue_messages,
+                      buffer_bytes=config.network.socket_buffer_bytes)
+    poller = zmq.Poller()
+    poller.register(link.control, zmq.POLLIN)
+    poller.register(link.weights, zmq.POLLIN)
+    workers = resources.enter_context(WorkerPool(env_config=config.env, env_spec=spec, layout=layout,
+                                                 seed=config.run.seed * 7919 + os.getpid() * 31, poller=poller,
+                                                 stop=stop, on_restart=stepper.forget_worker))
+    policy = ", null policy (uniform random actions)" if options.null_policy else ""
+    print(f"actors: {layout.workers} workers x {layout.envs_per_worker} envs ({layout.groups} groups) of "
+          f"{config.env.name}{policy}, learner {options.learner.url}", flush=True)
+    return ActorHost(link=link, network=config.network, run_id=registration.run_id, workers=workers,
+                     stepper=stepper, alternation=alternation, poller=poller, stop=stop)
+
+
+def _opponent_alternation(config: RunConfig, spec: EnvSpec, layout: SlotLayout, *, endpoint: Endpoint,
+                          sender: str, seed: int, resources: ExitStack) -> OpponentAlternation:
+    """Self-play: the pool client, the snapshot cache, the seats, and the first assignment (blocking)."""
+    client = PoolClient(endpoint, limits=Limits(max_message_bytes=config.network.max_message_bytes),
+                        timeout_s=3 * config.network.heartbeat_interval_s, sender=sender)
+    resources.callback(client.close)
+    cache = OpponentCache(spec, config.model, capacity=config.selfplay.cache_size, fetch=client.snapshot, seed=seed)
+    opponents = Opponents(num_envs=layout.total_envs, num_agents=spec.num_agents, cache=cache)
+    return OpponentAlternation(client=client, opponents=opponents,
+                               steps_per_alternation=config.selfplay.alternation_steps * layout.total_envs)

@@ -1,0 +1,202 @@
+"""The actor host's env worker processes: spawn, pipes, ready groups, restarts, clocks, stop.
+
+Each worker gets a shared segment (``WorkerSegment``) and a duplex pipe. The pool registers every pipe in
+the host's poller; ``collect`` reads the replies of the pipes the poller marked and queues the groups that
+are ready for actions in ``ready``. A worker whose pipe breaks is respawned over the same segment (its
+agents' partial rows and states are dropped through ``on_restart``); one that dies MAX_DEATHS_IN_A_ROW
+times without a single reply in between stops the host, like an env that cannot be built.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import multiprocess as mp
+import numpy as np
+from multiprocess.connection import Connection
+import zmq
+
+from actors.env_failures import EnvErrorReport, EnvFailure
+from actors.rows_report import RowsReport
+from actors.shm import segment_name
+from actors.slot_layout import GroupView, SlotLayout
+from actors.stop_flag import StopFlag
+from actors.worker import QUIT, STATUS_ENV_RESTARTED, STATUS_FATAL, WorkerSpec, worker_main
+from actors.worker_segment import WorkerSegment
+from configs.env_config import EnvConfig
+from envs.base import EnvSpec
+
+LOG = logging.getLogger("sluice.actors")
+JOIN_TIMEOUT_S = 5.0
+MAX_DEATHS_IN_A_ROW = 3
+"""A worker that dies this many times in a row before answering once is fatal (it cannot start)."""
+
+
+@dataclass(kw_only=True)
+class WorkerProcess:
+    """One env worker as the host sees it."""
+
+    spec: WorkerSpec
+    """What it was spawned with."""
+    segment: WorkerSegment
+    """Its shared memory (kept across restarts)."""
+    groups: tuple[GroupView, ...]
+    """Its groups, as the stepper acts on them."""
+    process: mp.Process
+    """The running process."""
+    conn: Connection
+    """The host's end of its pipe."""
+    fd: int
+    """The pipe's file descriptor, as registered in the poller."""
+    restarts: int = 0
+    """Times it died and was respawned."""
+    deaths_in_a_row: int = 0
+    """Deaths since its last reply."""
+
+
+class WorkerPool:
+    """``layout.workers`` env workers of ``env_config``, their pipes registered in ``poller``."""
+
+    def __init__(self, *, env_config: EnvConfig, env_spec: EnvSpec, layout: SlotLayout, seed: int,
+                 poller: zmq.Poller, stop: StopFlag, on_restart: Callable[[int], None]) -> None:
+        self.layout = layout
+        self.poller = poller
+        self.stop_flag = stop
+        self.on_restart = on_restart
+        self.context = mp.get_context("spawn")
+        self.ready: deque[GroupView] = deque()
+        """Groups whose worker wrote a step and waits for actions, oldest first."""
+        self.env_restarts = 0
+        """Env groups that raised and were rebuilt on this host since the start."""
+        self.last_env_error: EnvErrorReport | None = None
+        """The latest env error a worker reported."""
+        self.clocks_seen = np.zeros((layout.workers, 2))
+        self.workers: list[WorkerProcess] = []
+        self.by_fd: dict[int, int] = {}
+        self.wake_bytes = tuple(bytes([g]) for g in range(layout.groups))
+        try:
+            for w in range(layout.workers):
+                spec = WorkerSpec(worker_id=w, env=env_config, env_spec=env_spec, layout=layout,
+                                  shm_name=segment_name(os.getpid(), f"w{w}"), seed=seed)
+                segment = WorkerSegment.create(spec.shm_name, env_spec, layout)
+                try:
+                    self.workers.append(self._spawn(spec, segment))
+                except BaseException:
+                    segment.close()
+                    raise
+        except BaseException:
+            self.stop()
+            raise
+
+    def __enter__(self) -> "WorkerPool":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def collect(self, events: dict, report: RowsReport) -> None:
+        """Read the replies on every worker pipe ``events`` (a poll's result) marks readable."""
+        for fd in events:
+            w = self.by_fd.get(fd)
+            if w is not None:
+                self._read_replies(w, report)
+
+    def wake(self, groups: Sequence[GroupView]) -> None:
+        """Tell the groups' workers their actions are in shared memory."""
+        for view in groups:
+            try:
+                self.workers[view.worker].conn.send_bytes(self.wake_bytes[view.group])
+            except OSError:
+                pass  # the worker died; its pipe's EOF restarts it at the next poll
+
+    def read_clocks(self) -> tuple[float, float]:
+        """Seconds all workers together waited for actions and stepped envs since the last call."""
+        clocks = np.stack([worker.segment.clock for worker in self.workers])
+        wait_s, step_s = (clocks - self.clocks_seen).sum(axis=0)
+        self.clocks_seen = clocks
+        return float(wait_s), float(step_s)
+
+    def stop(self) -> None:
+        """Ask every worker to quit, end those that don't, release the shared memory (idempotent)."""
+        workers, self.workers, self.by_fd = self.workers, [], {}
+        self.ready.clear()
+        for worker in workers:
+            try:
+                worker.conn.send_bytes(QUIT)
+            except (OSError, ValueError):
+                pass
+        deadline = time.monotonic() + JOIN_TIMEOUT_S
+        for worker in workers:
+            worker.process.join(timeout=max(0.0, deadline - time.monotonic()))
+            if worker.process.is_alive():
+                worker.process.terminate()
+                worker.process.join(timeout=1)
+            if worker.process.is_alive():
+                worker.process.kill()
+                worker.process.join(timeout=1)
+        for worker in workers:
+            self.poller.unregister(worker.fd)
+            worker.conn.close()
+            worker.groups = ()
+            worker.segment.close()
+
+    def _spawn(self, spec: WorkerSpec, segment: WorkerSegment) -> WorkerProcess:
+        parent, child = self.context.Pipe(duplex=True)
+        process = self.context.Process(target=worker_main, args=(spec, child), daemon=True,
+                                       name=f"sluice-env-worker-{spec.worker_id}")
+        process.start()
+        child.close()
+        groups = tuple(self.layout.group_view(spec.worker_id, g, buffers)
+                       for g, buffers in enumerate(segment.groups))
+        worker = WorkerProcess(spec=spec, segment=segment, groups=groups, process=process, conn=parent,
+                               fd=parent.fileno())
+        self.by_fd[worker.fd] = spec.worker_id
+        self.poller.register(worker.fd, zmq.POLLIN)
+        return worker
+
+    def _read_replies(self, w: int, report: RowsReport) -> None:
+        worker = self.workers[w]
+        try:
+            while worker.conn.poll():
+                reply = worker.conn.recv_bytes()
+                worker.deaths_in_a_row = 0
+                group, status = reply[0], reply[1]
+                if status == STATUS_FATAL:
+                    raise EnvFailure(EnvErrorReport.from_bytes(reply[2:]))
+                if status == STATUS_ENV_RESTARTED:
+                    self.last_env_error = EnvErrorReport.from_bytes(reply[2:])
+                    report.env_restarts += 1
+                    self.env_restarts += 1
+                    LOG.warning("worker %d: env group %d raised and was restarted (%d env restarts on this "
+                                "host): %s", w, group, self.env_restarts, self.last_env_error.text())
+                self.ready.append(worker.groups[group])
+        except (EOFError, OSError):
+            self._restart(w)
+
+    def _restart(self, w: int) -> None:
+        """Respawn worker ``w`` over its segment (not while the host is stopping)."""
+        if self.stop_flag.is_set():
+            return
+        old = self.workers[w]
+        old.process.join(timeout=1)
+        deaths = old.deaths_in_a_row + 1
+        if deaths >= MAX_DEATHS_IN_A_ROW:  # stop() still joins it and releases its segment
+            raise EnvFailure(EnvErrorReport(message=f"env worker {w} died {deaths} times in a row without "
+                                                    f"answering once (last exit code {old.process.exitcode})",
+                                            error_type="worker process died", location=""))
+        LOG.warning("env worker %d died (exit code %s); restarting it", w, old.process.exitcode)
+        self.poller.unregister(old.fd)
+        del self.by_fd[old.fd]
+        old.conn.close()
+        self.on_restart(w)
+        kept = [view for view in self.ready if view.worker != w]
+        self.ready.clear()
+        self.ready.extend(kept)
+        self.workers[w] = self._spawn(old.spec, old.segment)
+        self.workers[w].restarts = old.restarts + 1
+        self.workers[w].deaths_in_a_row = deaths

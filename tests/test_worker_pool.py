@@ -1,0 +1,116 @@
+"""The actor host's env workers (WorkerPool over real processes and shared memory): ready groups, an env that
+raises (its traceback, with the user's file and line, on the host's stderr), a worker that dies (restarted, its
+agents forgotten) or cannot live (fatal), and an env that cannot start (fatal, with the reason)."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import signal
+import time
+
+import pytest
+import zmq
+
+from actors.env_failures import EnvFailure
+from actors.rows_report import RowsReport
+from actors.slot_layout import SlotLayout
+from actors.stop_flag import StopFlag
+from actors.worker_pool import MAX_DEATHS_IN_A_ROW, WorkerPool
+from configs.env_config import EnvConfig
+from envs.cartpole import CartPoleVec
+from tests import faulty_envs
+from tests.processes import shm_segments
+
+
+def native(entry_point: str, **kwargs) -> EnvConfig:
+    return EnvConfig(name="native", entry_point=f"tests.faulty_envs:{entry_point}", kwargs=kwargs)
+
+
+def line_of(function, text: str) -> int:
+    """The file line number of the first line of ``function`` that contains ``text``."""
+    lines, first = inspect.getsourcelines(function)
+    return first + next(i for i, line in enumerate(lines) if text in line)
+
+
+class Pool:
+    """A WorkerPool with its poller and what it reported, pumped like the host's loop does."""
+
+    def __init__(self, env: EnvConfig, *, workers: int = 1, groups: int = 2) -> None:
+        self.poller = zmq.Poller()
+        self.restarted: list[int] = []
+        self.report = RowsReport()
+        self.layout = SlotLayout(workers=workers, groups=groups, envs_per_group=2, agents_per_env=1)
+        self.pool = WorkerPool(env_config=env, env_spec=CartPoleVec.SPEC, layout=self.layout, seed=0,
+                               poller=self.poller, stop=StopFlag(), on_restart=self.restarted.append)
+
+    def pump(self, until, *, wake: bool = False, timeout: float = 60) -> None:
+        """Collect replies (and, with ``wake``, step every ready group again) until ``until()``."""
+        deadline = time.monotonic() + timeout
+        while not until():
+            assert time.monotonic() < deadline, "the workers did not get there in time"
+            self.pool.collect(dict(self.poller.poll(100)), self.report)
+            if wake and self.pool.ready:
+                batch = list(self.pool.ready)
+                self.pool.ready.clear()
+                self.pool.wake(batch)
+
+
+def test_an_env_exception_shows_the_users_file_and_line_on_the_hosts_stderr(capfd):
+    pool = Pool(native("FlakyCartPole", fail_every=3))
+    try:
+        pool.pump(lambda: pool.report.env_restarts >= 1, wake=True)
+        error = pool.pool.last_env_error
+    finally:
+        pool.pool.stop()
+    raised_at = line_of(faulty_envs.FlakyCartPole.step, "raise RuntimeError")
+    assert error.error_type == "RuntimeError"
+    assert error.location == f"{faulty_envs.__file__}:{raised_at}"
+    assert "env 'native:tests.faulty_envs:FlakyCartPole' raised in step()" in error.message
+    assert "flaky env: failing on step call 3" in error.message
+    err = capfd.readouterr().err
+    assert f'File "{faulty_envs.__file__}", line {raised_at}, in step' in err, err
+    assert "RuntimeError: flaky env: failing on step call 3" in err
+    assert "NoneType: None" not in err
+    assert error.text().endswith(f"(RuntimeError at {error.location})")
+
+
+def test_ready_groups_and_a_killed_worker_is_restarted_with_its_agents_forgotten():
+    pool = Pool(EnvConfig(), workers=2)
+    try:
+        pool.pump(lambda: len(pool.pool.ready) == 4)
+        assert sorted((v.worker, v.group, v.slot_ids.tolist()) for v in pool.pool.ready) == [
+            (0, 0, [0, 1]), (0, 1, [2, 3]), (1, 0, [4, 5]), (1, 1, [6, 7])]
+        os.kill(pool.pool.workers[1].process.pid, signal.SIGKILL)
+        pool.pump(lambda: pool.restarted == [1] and sum(v.worker == 1 for v in pool.pool.ready) == 2)
+        assert len(pool.pool.ready) == 4 and pool.pool.workers[1].restarts == 1
+        assert min(pool.pool.read_clocks()) >= 0
+    finally:
+        pool.pool.stop()
+    assert shm_segments(os.getpid()) == []
+
+
+def test_a_worker_that_dies_before_answering_again_and_again_is_fatal():
+    pool = Pool(native("DiesAtBirth"), groups=1)
+    try:
+        with pytest.raises(EnvFailure, match=f"env worker 0 died {MAX_DEATHS_IN_A_ROW} times in a row"):
+            pool.pump(lambda: False)
+        assert pool.restarted == [0] * (MAX_DEATHS_IN_A_ROW - 1)
+    finally:
+        pool.pool.stop()
+    assert shm_segments(os.getpid()) == []
+
+
+def test_an_env_that_cannot_start_is_fatal_with_its_type_and_line(capfd):
+    pool = Pool(native("BrokenReset"), groups=1)
+    try:
+        with pytest.raises(EnvFailure) as caught:
+            pool.pump(lambda: False)
+    finally:
+        pool.pool.stop()
+    raised_at = line_of(faulty_envs.BrokenReset.reset, "raise OSError")
+    report = caught.value.report
+    assert report.error_type == "OSError" and report.location == f"{faulty_envs.__file__}:{raised_at}"
+    assert str(caught.value).startswith("env worker 0 could not start its env: env "
+                                        "'native:tests.faulty_envs:BrokenReset' raised in reset(): OSError(")
+    assert f'File "{faulty_envs.__file__}", line {raised_at}, in reset' in capfd.readouterr().err
