@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 
 from envs.base import EnvSpec, VecEnv
 from envs.cartpole import CartPoleVec
@@ -16,7 +17,7 @@ from envs.connect_four import ConnectFourVec, check_max_steps
 from envs.gridworld import GridworldVec, grid_settings
 from envs.probes import MemoryProbeVec, TruncationProbeVec, memory_delay
 from configs.env_config import ENV_NAMES, EnvConfig
-from envs.errors import EnvConfigError
+from envs.errors import EnvConfigError, EnvRaised
 
 
 def _check_name(cfg: EnvConfig) -> None:
@@ -134,7 +135,11 @@ def probe_env_spec(cfg: EnvConfig) -> EnvSpec:
     if spec is not None:
         return spec
     with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as child:
-        return child.submit(env_spec, cfg).result()
+        try:
+            return child.submit(env_spec, cfg).result()
+        except BrokenProcessPool as exc:
+            raise EnvRaised(f"env '{env_label(cfg)}': the process reading its spec died while building it "
+                            f"(the env killed its process, or ran out of memory)") from exc
 
 
 def _make_external(cfg: EnvConfig, num_envs: int) -> VecEnv:

@@ -1,10 +1,12 @@
 """Atomic, pickle-free checkpoints: safetensors for tensors, JSON for everything else.
 
-A checkpoint is a directory ``checkpoints/update_000042/`` holding ``model.safetensors``,
-``optimizer.safetensors``, ``optimizer.json``, ``trainer_state.json`` and, when a KL-penalty reference
-policy is in use, ``reference.safetensors``. It is written into a hidden
-temporary directory, every file fsynced, then renamed into place (rename is atomic), so a crash leaves
-either the old set or the new one, never half a checkpoint. The last ``keep`` are kept.
+A checkpoint is a directory ``checkpoints/update_000042/`` holding ``trainer_state.json`` and the
+algorithm's ``LearnedState``: one ``<name>.safetensors`` per module and, per optimizer, ``<name>.safetensors``
+(its tensors) plus ``<name>.json`` (param groups and scalars). PPO's names give ``model.safetensors``,
+``optimizer.safetensors``, ``optimizer.json`` and, when a KL-penalty reference policy is in use,
+``reference.safetensors``. It is written into a hidden temporary directory, every file fsynced, then renamed
+into place (rename is atomic), so a crash leaves either the old set or the new one, never half a checkpoint.
+The last ``keep`` are kept.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import torch
 from safetensors.numpy import load_file, save_file
 
 PREFIX = "update_"
+TRAINER_STATE = "trainer_state"
 
 
 @dataclass(kw_only=True)
@@ -45,21 +48,45 @@ class TrainerState:
     """Returns of the last 100 episodes."""
 
 
-def save_checkpoint(run_dir: Path, *, policy: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                    state: TrainerState, keep: int, reference: torch.nn.Module | None = None) -> Path:
+@dataclass(frozen=True, kw_only=True)
+class LearnedState:
+    """What a checkpoint keeps of an algorithm (its ``state_dict()``), each part named by its file stem."""
+
+    modules: dict[str, dict[str, torch.Tensor]]
+    """Module state dicts (PPO: the policy as ``model``, the KL reference as ``reference``): <name>.safetensors."""
+    optimizers: dict[str, dict[str, Any]]
+    """Optimizer state dicts (PPO: ``optimizer``): tensors in <name>.safetensors, the rest in <name>.json."""
+
+    def __post_init__(self) -> None:
+        names = [*self.modules, *self.optimizers, TRAINER_STATE]
+        if len(set(names)) != len(names):
+            raise ValueError(f"checkpoint part names {names[:-1]} repeat or use {TRAINER_STATE!r}: files would clash")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Checkpoint:
+    """A checkpoint as read back from its directory."""
+
+    trainer_state: TrainerState
+    """The counters the run continues from."""
+    learned: LearnedState
+    """The algorithm's state, for its ``load_state_dict``."""
+
+
+def save_checkpoint(run_dir: Path, *, learned: LearnedState, state: TrainerState, keep: int) -> Path:
     """Write a checkpoint atomically and prune old ones; returns its directory."""
     root = run_dir / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"{PREFIX}{state.update:08d}"
     tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root))
     try:
-        save_file(_module_arrays(policy), str(tmp / "model.safetensors"))
-        if reference is not None:
-            save_file(_module_arrays(reference), str(tmp / "reference.safetensors"))
-        tensors, meta = _flatten_optimizer(optimizer.state_dict())
-        save_file(tensors, str(tmp / "optimizer.safetensors"))
-        (tmp / "optimizer.json").write_text(json.dumps(meta))
-        (tmp / "trainer_state.json").write_text(json.dumps(dataclasses.asdict(state)))
+        for name, module_state in learned.modules.items():
+            save_file(_arrays(module_state), str(tmp / f"{name}.safetensors"))
+        for name, optimizer_state in learned.optimizers.items():
+            tensors, meta = _flatten_optimizer(optimizer_state)
+            save_file(tensors, str(tmp / f"{name}.safetensors"))
+            (tmp / f"{name}.json").write_text(json.dumps(meta))
+        (tmp / f"{TRAINER_STATE}.json").write_text(json.dumps(dataclasses.asdict(state)))
         for path in tmp.iterdir():
             _fsync(path)
         aside = root / f".old-{final.name}"
@@ -89,27 +116,25 @@ def list_checkpoints(run_dir: Path) -> list[Path]:
     return sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith(PREFIX))
 
 
-def load_checkpoint(path: Path, *, policy: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None,
-                    reference: torch.nn.Module | None = None) -> TrainerState:
-    """Load weights (and optimiser state, and the reference policy where one was saved) into the given
-    objects; returns the trainer state."""
-    _load_module(policy, path / "model.safetensors")
-    if reference is not None and (path / "reference.safetensors").exists():
-        _load_module(reference, path / "reference.safetensors")
-    if optimizer is not None:
-        meta = json.loads((path / "optimizer.json").read_text())
-        tensors = load_file(str(path / "optimizer.safetensors"))
-        optimizer.load_state_dict(_unflatten_optimizer(tensors, meta))
-    return TrainerState(**json.loads((path / "trainer_state.json").read_text()))
+def load_checkpoint(path: Path) -> Checkpoint:
+    """Read a checkpoint: its trainer state, and every module and optimizer file as state dicts.
+
+    A ``<name>.safetensors`` with a ``<name>.json`` beside it is an optimizer's, one without is a module's."""
+    modules: dict[str, dict[str, torch.Tensor]] = {}
+    optimizers: dict[str, dict[str, Any]] = {}
+    for file in sorted(path.glob("*.safetensors")):
+        arrays = load_file(str(file))
+        meta_file = file.with_suffix(".json")
+        if meta_file.exists():
+            optimizers[file.stem] = _unflatten_optimizer(arrays, json.loads(meta_file.read_text()))
+        else:
+            modules[file.stem] = {k: torch.from_numpy(v) for k, v in arrays.items()}
+    state = TrainerState(**json.loads((path / f"{TRAINER_STATE}.json").read_text()))
+    return Checkpoint(trainer_state=state, learned=LearnedState(modules=modules, optimizers=optimizers))
 
 
-def _module_arrays(module: torch.nn.Module) -> dict[str, np.ndarray]:
-    return {k: v.detach().cpu().contiguous().numpy() for k, v in module.state_dict().items()}
-
-
-def _load_module(module: torch.nn.Module, path: Path) -> None:
-    arrays = load_file(str(path))
-    module.load_state_dict({k: torch.from_numpy(v) for k, v in arrays.items()}, strict=True)
+def _arrays(module_state: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
+    return {k: v.detach().cpu().contiguous().numpy() for k, v in module_state.items()}
 
 
 def _flatten_optimizer(state_dict: dict[str, Any]) -> tuple[dict[str, np.ndarray], dict[str, Any]]:

@@ -1,4 +1,10 @@
-"""`python -m learner`: argument parsing and the top-level error handling of the learner."""
+"""`python -m learner`: argument parsing and the top-level error handling of the learner.
+
+Errors are told apart by type. The user's (``USER_ERRORS``: config, batch plan, run directory, addresses, an
+env the config cannot build) print one line, ``python -m learner: error: ...``, and exit 2. Anything else
+propagates with its traceback: a bug in the learner, or ``EnvRaised`` (the user's env raised while its spec
+was read; the traceback from the child process that built it is the exception's cause).
+"""
 
 from __future__ import annotations
 
@@ -10,7 +16,12 @@ from pathlib import Path
 
 from configs.loader import ConfigError, load_config
 from configs.plan import PlanError, format_plan, make_plan
+from envs.errors import EnvConfigError
+from learner.addresses import AddressError
 from learner.run_dir import RunDirError, new_run_dir, resume_config
+
+USER_ERRORS = (ConfigError, PlanError, RunDirError, AddressError, EnvConfigError)
+"""What the user asked for cannot be done as asked: one line and exit 2, no traceback."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -63,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             config = load_config(args.config, args.overrides)
         plan = make_plan(config.trainer, num_agents=config.env.num_agents)
-    except (ConfigError, PlanError, RunDirError) as err:
+    except USER_ERRORS as err:
         return _fail(str(err))
     if args.plan:
         print(json.dumps(plan.as_dict()) if args.json else format_plan(plan))
@@ -75,10 +86,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run_dir = args.run_dir if args.resume else new_run_dir(config, args.run_dir)
         learner = Learner(config, run_dir, resume=args.resume)
-    except (RunDirError, ValueError, RuntimeError) as err:
+        install_signal_handlers(learner)
+        return learner.run()
+    except USER_ERRORS as err:
         return _fail(str(err))
-    install_signal_handlers(learner)
-    return learner.run()
 
 
 def _fail(message: str) -> int:

@@ -21,11 +21,15 @@ from protocol import Limits, Message, MessageType, ProtocolError, decode, encode
 
 LOG = logging.getLogger("sluice.learner.control")
 POLL_MS = 100
+ENV_ERROR_CHARS = 2000
+"""Longest env error message (from an actor host's heartbeat) the learner prints."""
+ENV_ERRORS_REMEMBERED = 1000
+"""Distinct env errors remembered so each is printed once (past this, the memory starts over)."""
 
 
 @dataclass(kw_only=True)
-class ActorHost:
-    """A registered actor host."""
+class RegisteredHost:
+    """The control server's record of an actor host that registered (the process itself: actors/host.py)."""
 
     name: str
     """Host name it reported plus its identity."""
@@ -48,9 +52,10 @@ class ControlServer(threading.Thread):
         self.limits = limits
         self.stop = stop
         self.lock = threading.Lock()
-        self.hosts: dict[bytes, ActorHost] = {}
+        self.hosts: dict[bytes, RegisteredHost] = {}
         self.rejected: Counter = Counter()
         self.hosts_lost = 0
+        self.env_errors_seen: set[tuple[str, str, str]] = set()
         self._weights: tuple[int, dict[str, np.ndarray]] = (0, {})
         self._shutdown_reason: str | None = None
         self.socket = context.socket(zmq.ROUTER)
@@ -116,8 +121,8 @@ class ControlServer(threading.Thread):
                                                        "(selfplay.enabled: false)")
             return self.pool.handle(message)
         if message.type is MessageType.REGISTER:
-            host = ActorHost(name=f"{message.fields['host']}", num_workers=message.fields["num_workers"],
-                             last_seen=now)
+            host = RegisteredHost(name=f"{message.fields['host']}", num_workers=message.fields["num_workers"],
+                                  last_seen=now)
             with self.lock:
                 self.hosts[identity] = host
             LOG.info("actor host %s registered with %d workers", host.name, host.num_workers)
@@ -126,12 +131,26 @@ class ControlServer(threading.Thread):
         if known is None:
             raise ProtocolError("not_registered", f"{message.type.value} before register")
         if message.type is MessageType.HEARTBEAT:
+            self._log_env_error(known.name, message.fields.get("env_error"))
             return Message(type=MessageType.HEARTBEAT_ACK, sender="learner", version=version,
                            fields={"run_id": self.registration["run_id"]})
         if message.type is MessageType.GET_WEIGHTS:
             return Message(type=MessageType.WEIGHTS, sender="learner", version=version,
                            fields={"names": list(weights)}, arrays=weights)
         raise ProtocolError("unexpected_type", f"control socket does not accept {message.type.value}")
+
+    def _log_env_error(self, host: str, report: Any) -> None:
+        """Print an env error an actor host's worker reported (type, message, file:line), once per distinct one."""
+        if not isinstance(report, dict):
+            return
+        error = tuple(str(report.get(key, ""))[:ENV_ERROR_CHARS] for key in ("type", "message", "where"))
+        if error in self.env_errors_seen:
+            return
+        if len(self.env_errors_seen) >= ENV_ERRORS_REMEMBERED:
+            self.env_errors_seen.clear()
+        self.env_errors_seen.add(error)
+        kind, text, where = error
+        LOG.warning("actor host %s: env error %s%s: %s", host, kind, f" at {where}" if where else "", text)
 
     def _expire(self) -> None:
         deadline = time.monotonic() - self.peer_timeout_s

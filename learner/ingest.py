@@ -11,29 +11,24 @@ from __future__ import annotations
 import queue
 import threading
 from collections import Counter, deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import zmq
 
 from envs.base import EnvSpec
+from learner.batch import BatchBuffers, row_layout
 from protocol import Limits, Message, MessageType, ProtocolError, check_arrays, decode
-from protocol.rows import HOST_STATS, row_array_specs
+from protocol.rows import HOST_STATS
 
 POLL_MS = 100
 
 
-@dataclass(frozen=True, kw_only=True)
-class BatchBuffers:
-    """One batch of rows in host memory, field -> [segments, horizon, ...]."""
-
-    arrays: dict[str, np.ndarray]
-    """obs, actions, logprobs, values, rewards, dones, bootstrap ([S, H, ...]) and versions ([S])."""
-
-
 @dataclass(kw_only=True)
 class IngestStats:
-    """Counters shared between the ingest thread and the trainer (guarded by ``lock``)."""
+    """The ingest thread's counters, guarded by ``lock``. Only ``Ingest`` methods write them; the update loop
+    gets them as an ``IngestSnapshot`` from ``Ingest.take_snapshot``."""
 
     lock: threading.Lock = field(default_factory=threading.Lock)
     """Guards every field below."""
@@ -69,6 +64,40 @@ class IngestStats:
     """Rows behind lag_sum."""
 
 
+@dataclass(frozen=True, kw_only=True)
+class IngestSnapshot:
+    """What the ingest has counted, as ``Ingest.take_snapshot`` hands it to the update loop."""
+
+    env_steps: int
+    """Env steps reported by actor hosts over the run (a resumed run's totals included)."""
+    agent_steps: int
+    """Agent steps reported by actor hosts over the run (what total_timesteps counts)."""
+    episodes: int
+    """Episodes finished over the run."""
+    env_restarts: int
+    """Env groups that raised and were rebuilt on actor hosts, since this learner started."""
+    recent_returns: tuple[float, ...]
+    """Returns of the last 100 episodes."""
+    recent_lengths: tuple[int, ...]
+    """Lengths of the last 100 episodes."""
+    episode_stat_means: dict[str, float | None]
+    """Mean of each of the env's named episode statistics over its last 100 values (None while there are none)."""
+    rows_received: int
+    """Rows accepted into a batch, since this learner started."""
+    rows_dropped_stale: int
+    """Rows dropped as older than max_policy_lag, since this learner started."""
+    rows_dropped_future: int
+    """Rows dropped as newer than the learner's weights, since this learner started."""
+    messages_dropped: int
+    """Messages rejected, all protocol reasons together, since this learner started."""
+    policy_lag_mean: float
+    """Mean policy lag of the rows accepted since the last take (0.0 when none were)."""
+    policy_lag_max: int
+    """Largest policy lag of the rows accepted since the last take (0 when none were)."""
+    host_timing: dict[str, float | None]
+    """Actor hosts' inference and worker figures since the last take (``host_timing`` of their host_stats)."""
+
+
 class Ingest(threading.Thread):
     """The data socket's only user: PULL bound at ``endpoint``; fills batches of ``segments`` rows."""
 
@@ -76,9 +105,8 @@ class Ingest(threading.Thread):
                  state_size: int, max_policy_lag: int, hwm: int, buffer_bytes: int, limits: Limits,
                  stop: threading.Event) -> None:
         super().__init__(name="ingest", daemon=True)
-        self.specs = row_array_specs(obs_shape=env.obs_shape, obs_dtype=env.obs_dtype, horizon=horizon,
-                                     state_size=state_size, action_shape=env.action.shape,
-                                     action_dtype=env.action.dtype, mask_size=env.mask_size)
+        self.layout = row_layout(env, horizon=horizon, state_size=state_size)
+        self.specs = self.layout.specs()
         self.stat_names = env.episode_stats
         self.segments = segments
         self.max_policy_lag = max_policy_lag
@@ -86,7 +114,7 @@ class Ingest(threading.Thread):
         self.stop = stop
         self.stats = IngestStats()
         self.policy_version = 0
-        self.buffers = [self._allocate() for _ in range(2)]
+        self.buffers = [BatchBuffers.allocate(self.layout, segments) for _ in range(2)]
         self.free: queue.Queue[int] = queue.Queue()
         self.ready: queue.Queue[int] = queue.Queue()
         for index in range(2):
@@ -99,12 +127,42 @@ class Ingest(threading.Thread):
         self.socket.bind(endpoint)
         self.error: BaseException | None = None
 
-    def _allocate(self) -> BatchBuffers:
-        arrays = {}
-        for name, spec in self.specs.items():
-            shape = (self.segments, *spec.shape[1:])
-            arrays[name] = np.zeros(shape, dtype=spec.dtype)
-        return BatchBuffers(arrays=arrays)
+    def resume_totals(self, *, env_steps: int, agent_steps: int, episodes: int,
+                      recent_returns: Sequence[float]) -> None:
+        """Continue counting from a checkpoint's totals; only before ``start()``."""
+        if self.ident is not None:
+            raise RuntimeError("Ingest.resume_totals() after start(): rows may already have been counted")
+        with self.stats.lock:
+            self.stats.env_steps = env_steps
+            self.stats.agent_steps = agent_steps
+            self.stats.episodes = episodes
+            self.stats.recent_returns.extend(recent_returns)
+
+    def take_snapshot(self) -> IngestSnapshot:
+        """The counters as they are now; the since-last-take figures (policy lag, host timing) start again at
+        zero, under the same lock. The update loop takes one per update."""
+        stats = self.stats
+        with stats.lock:
+            snapshot = IngestSnapshot(
+                env_steps=stats.env_steps,
+                agent_steps=stats.agent_steps,
+                episodes=stats.episodes,
+                env_restarts=stats.env_restarts,
+                recent_returns=tuple(stats.recent_returns),
+                recent_lengths=tuple(stats.recent_lengths),
+                episode_stat_means={name: float(np.mean(values)) if values else None
+                                    for name, values in stats.recent_stats.items()},
+                rows_received=stats.rows_received,
+                rows_dropped_stale=stats.rows_dropped["stale"],
+                rows_dropped_future=stats.rows_dropped["future"],
+                messages_dropped=sum(stats.messages_dropped.values()),
+                policy_lag_mean=stats.lag_sum / max(1, stats.lag_rows),
+                policy_lag_max=stats.lag_max,
+                host_timing=host_timing(stats.host_stats),
+            )
+            stats.lag_sum = stats.lag_max = stats.lag_rows = 0
+            stats.host_stats.clear()
+        return snapshot
 
     def run(self) -> None:
         try:

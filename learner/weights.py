@@ -9,7 +9,7 @@ from protocol import Message, MessageType, encode
 
 
 class WeightsPublisher:
-    """PUB bound at ``endpoint``; used only by the trainer thread."""
+    """PUB bound at ``endpoint``; used only by the update loop (the main thread)."""
 
     def __init__(self, *, context: zmq.Context, endpoint: str) -> None:
         self.socket = context.socket(zmq.PUB)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from envs.base import StepBuffers
 from envs.cartpole import CartPoleVec
 
@@ -31,3 +33,20 @@ class BrokenReset(CartPoleVec):
     def reset(self, buffers: StepBuffers, seed: int) -> None:
         """Always raises."""
         raise OSError("simulator license server unreachable")
+
+
+class DiesAtBirth(CartPoleVec):
+    """CartPole whose process ends as the env is built (a crash no exception reports); never build it in a test's
+    own process."""
+
+    def __init__(self, num_envs: int, *, max_steps: int) -> None:
+        os._exit(3)
+
+
+class BrokenConstructor(CartPoleVec):
+    """CartPole whose constructor raises (a bug in the user's own env code, before any spec exists)."""
+
+    def __init__(self, num_envs: int, *, max_steps: int) -> None:
+        track = {"width": 4.8}
+        super().__init__(num_envs, max_steps=max_steps)
+        self.track_height = track["height"]

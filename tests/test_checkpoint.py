@@ -1,4 +1,6 @@
-"""Checkpoints: exact round trip of model, Adam state and counters; pruning; atomicity; no pickle."""
+"""Checkpoints: exact round trip of model, Adam state and counters; pruning; atomicity; no pickle.
+
+``save`` and ``load`` write and read the file set PPO gives (model, optimizer, an optional reference)."""
 
 from __future__ import annotations
 
@@ -12,12 +14,31 @@ from envs.base import EnvSpec
 from envs.spaces import ActionSpace
 from configs.schema import ModelSection
 from learner import checkpoint as ckpt
-from learner.checkpoint import TrainerState, list_checkpoints, load_checkpoint, save_checkpoint
+from learner.checkpoint import LearnedState, TrainerState, list_checkpoints, load_checkpoint, save_checkpoint
 from policies.factory import make_policy
 
 SPEC = EnvSpec(num_agents=1, obs_shape=(4,), obs_dtype="float32", action=ActionSpace.discrete(2))
 MODEL = ModelSection(hidden_size=16, num_layers=2)
 FILES = {"model.safetensors", "optimizer.safetensors", "optimizer.json", "trainer_state.json"}
+
+
+
+def save(run_dir, *, policy, optimizer, state, keep, reference=None):
+    modules = {"model": policy.state_dict()}
+    if reference is not None:
+        modules["reference"] = reference.state_dict()
+    learned = LearnedState(modules=modules, optimizers={"optimizer": optimizer.state_dict()})
+    return save_checkpoint(run_dir, learned=learned, state=state, keep=keep)
+
+
+def load(path, *, policy, optimizer=None, reference=None) -> TrainerState:
+    checkpoint = load_checkpoint(path)
+    policy.load_state_dict(checkpoint.learned.modules["model"])
+    if optimizer is not None:
+        optimizer.load_state_dict(checkpoint.learned.optimizers["optimizer"])
+    if reference is not None and "reference" in checkpoint.learned.modules:
+        reference.load_state_dict(checkpoint.learned.modules["reference"])
+    return checkpoint.trainer_state
 
 
 def trained(seed: int = 0, steps: int = 3):
@@ -52,12 +73,12 @@ def norm_groups(groups):
 def test_round_trip_model_optimizer_and_state(tmp_path):
     policy, optimizer = trained()
     state = state_for(7)
-    path = save_checkpoint(tmp_path, policy=policy, optimizer=optimizer, state=state, keep=3)
+    path = save(tmp_path, policy=policy, optimizer=optimizer, state=state, keep=3)
     assert path == tmp_path / "checkpoints" / "update_00000007"
     assert {p.name for p in path.iterdir()} == FILES
 
     policy2, optimizer2 = fresh()
-    loaded = load_checkpoint(path, policy=policy2, optimizer=optimizer2)
+    loaded = load(path, policy=policy2, optimizer=optimizer2)
     assert loaded == state
     for (k, a), (k2, b) in zip(policy.state_dict().items(), policy2.state_dict().items()):
         assert k == k2 and torch.equal(a, b), k
@@ -90,9 +111,9 @@ def test_round_trip_model_optimizer_and_state(tmp_path):
 
 def test_load_without_optimizer(tmp_path):
     policy, optimizer = trained()
-    path = save_checkpoint(tmp_path, policy=policy, optimizer=optimizer, state=state_for(1), keep=1)
+    path = save(tmp_path, policy=policy, optimizer=optimizer, state=state_for(1), keep=1)
     policy2, _ = fresh()
-    assert load_checkpoint(path, policy=policy2).update == 1
+    assert load(path, policy=policy2).update == 1
     for a, b in zip(policy.parameters(), policy2.parameters()):
         assert torch.equal(a, b)
 
@@ -100,21 +121,20 @@ def test_load_without_optimizer(tmp_path):
 def test_reference_policy_round_trip(tmp_path):
     policy, optimizer = trained()
     reference, _ = trained(seed=5, steps=1)
-    path = save_checkpoint(tmp_path, policy=policy, optimizer=optimizer, state=state_for(2), keep=1,
-                           reference=reference)
+    path = save(tmp_path, policy=policy, optimizer=optimizer, state=state_for(2), keep=1, reference=reference)
     assert (path / "reference.safetensors").exists()
     policy2, optimizer2 = fresh()
     reference2, _ = fresh(seed=9)
-    load_checkpoint(path, policy=policy2, optimizer=optimizer2, reference=reference2)
+    load(path, policy=policy2, optimizer=optimizer2, reference=reference2)
     for a, b in zip(reference.parameters(), reference2.parameters()):
         assert torch.equal(a, b)
     for a, b in zip(policy.parameters(), policy2.parameters()):
         assert torch.equal(a, b)
     # a checkpoint without a reference leaves the given reference as it was
-    plain = save_checkpoint(tmp_path, policy=policy, optimizer=optimizer, state=state_for(3), keep=1)
+    plain = save(tmp_path, policy=policy, optimizer=optimizer, state=state_for(3), keep=1)
     assert not (plain / "reference.safetensors").exists()
     untouched, _ = fresh(seed=9)
-    load_checkpoint(plain, policy=policy2, reference=untouched)
+    load(plain, policy=policy2, reference=untouched)
     for a, b in zip(untouched.parameters(), fresh(seed=9)[0].parameters()):
         assert torch.equal(a, b)
 
@@ -122,13 +142,13 @@ def test_reference_policy_round_trip(tmp_path):
 def test_keep_newest_only_and_no_temp_dirs(tmp_path):
     policy, optimizer = trained()
     for update in (1, 2, 5, 10, 11):
-        save_checkpoint(tmp_path, policy=policy, optimizer=optimizer, state=state_for(update), keep=3)
+        save(tmp_path, policy=policy, optimizer=optimizer, state=state_for(update), keep=3)
         root = tmp_path / "checkpoints"
         assert not [p for p in root.iterdir() if p.name.startswith(".tmp-")]
     names = [p.name for p in list_checkpoints(tmp_path)]
     assert names == ["update_00000005", "update_00000010", "update_00000011"]
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == names
-    save_checkpoint(tmp_path, policy=policy, optimizer=optimizer, state=state_for(12), keep=1)
+    save(tmp_path, policy=policy, optimizer=optimizer, state=state_for(12), keep=1)
     assert [p.name for p in list_checkpoints(tmp_path)] == ["update_00000012"]
 
 
@@ -143,17 +163,17 @@ def test_list_checkpoints_empty_and_ignores_other_entries(tmp_path):
 
 def test_resave_same_update_replaces(tmp_path):
     policy, optimizer = trained()
-    save_checkpoint(tmp_path, policy=policy, optimizer=optimizer, state=state_for(4), keep=3)
+    save(tmp_path, policy=policy, optimizer=optimizer, state=state_for(4), keep=3)
     state = state_for(4)
     state.episodes = 999
-    path = save_checkpoint(tmp_path, policy=policy, optimizer=optimizer, state=state, keep=3)
+    path = save(tmp_path, policy=policy, optimizer=optimizer, state=state, keep=3)
     assert len(list_checkpoints(tmp_path)) == 1
-    assert load_checkpoint(path, policy=fresh()[0]).episodes == 999
+    assert load(path, policy=fresh()[0]).episodes == 999
 
 
 def test_failed_save_keeps_previous_and_leaves_no_temp(tmp_path, monkeypatch):
     policy, optimizer = trained()
-    previous = save_checkpoint(tmp_path, policy=policy, optimizer=optimizer, state=state_for(1), keep=1)
+    previous = save(tmp_path, policy=policy, optimizer=optimizer, state=state_for(1), keep=1)
     before = {p.name: p.read_bytes() for p in previous.iterdir()}
 
     real_save = ckpt.save_file
@@ -168,24 +188,24 @@ def test_failed_save_keeps_previous_and_leaves_no_temp(tmp_path, monkeypatch):
     monkeypatch.setattr(ckpt, "save_file", flaky)
     policy2, optimizer2 = trained(seed=1, steps=5)
     with pytest.raises(OSError, match="disk full"):
-        save_checkpoint(tmp_path, policy=policy2, optimizer=optimizer2, state=state_for(2), keep=1)
+        save(tmp_path, policy=policy2, optimizer=optimizer2, state=state_for(2), keep=1)
     assert len(calls) == 2
 
     root = tmp_path / "checkpoints"
     assert sorted(p.name for p in root.iterdir()) == ["update_00000001"]
     assert {p.name: p.read_bytes() for p in previous.iterdir()} == before
     restored, _ = fresh()
-    assert load_checkpoint(previous, policy=restored).update == 1
+    assert load(previous, policy=restored).update == 1
     for a, b in zip(policy.parameters(), restored.parameters()):
         assert torch.equal(a, b)
 
 
 def test_failed_save_of_same_update_keeps_it(tmp_path, monkeypatch):
     policy, optimizer = trained()
-    path = save_checkpoint(tmp_path, policy=policy, optimizer=optimizer, state=state_for(3), keep=2)
+    path = save(tmp_path, policy=policy, optimizer=optimizer, state=state_for(3), keep=2)
     monkeypatch.setattr(ckpt, "save_file", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("boom")))
     with pytest.raises(RuntimeError):
-        save_checkpoint(tmp_path, policy=policy, optimizer=optimizer, state=state_for(3), keep=2)
+        save(tmp_path, policy=policy, optimizer=optimizer, state=state_for(3), keep=2)
     assert {p.name for p in path.iterdir()} == FILES
     assert [p.name for p in (tmp_path / "checkpoints").iterdir()] == ["update_00000003"]
 
@@ -200,7 +220,7 @@ def _safetensors_header(path):
 
 def test_files_are_pickle_free(tmp_path, monkeypatch):
     policy, optimizer = trained()
-    path = save_checkpoint(tmp_path, policy=policy, optimizer=optimizer, state=state_for(2), keep=1)
+    path = save(tmp_path, policy=policy, optimizer=optimizer, state=state_for(2), keep=1)
     data, header = _safetensors_header(path / "model.safetensors")
     assert set(policy.state_dict()) <= set(header)
     for name, tensor in policy.state_dict().items():
@@ -219,14 +239,14 @@ def test_files_are_pickle_free(tmp_path, monkeypatch):
     # loading needs no torch.load (the pickle path)
     monkeypatch.setattr(torch, "load", None)
     restored, _ = fresh()
-    assert load_checkpoint(path, policy=restored).update == 2
+    assert load(path, policy=restored).update == 2
 
 
 @pytest.mark.parametrize("crash_on_rename", [1, 2])
 def test_resave_same_update_is_atomic(tmp_path, monkeypatch, crash_on_rename):
     """A crash at either rename of a re-save (old aside, new into place) still leaves a checkpoint."""
     policy, optimizer = trained()
-    save_checkpoint(tmp_path, policy=policy, optimizer=optimizer, state=state_for(5), keep=1)
+    save(tmp_path, policy=policy, optimizer=optimizer, state=state_for(5), keep=1)
     real_rename, calls = ckpt.os.rename, []
 
     def crash(*args, **kwargs):
@@ -237,6 +257,6 @@ def test_resave_same_update_is_atomic(tmp_path, monkeypatch, crash_on_rename):
 
     monkeypatch.setattr(ckpt.os, "rename", crash)
     with pytest.raises(KeyboardInterrupt):
-        save_checkpoint(tmp_path, policy=policy, optimizer=optimizer, state=state_for(5), keep=1)
+        save(tmp_path, policy=policy, optimizer=optimizer, state=state_for(5), keep=1)
     monkeypatch.undo()
     assert [p.name for p in list_checkpoints(tmp_path)] == ["update_00000005"]

@@ -12,28 +12,22 @@ import zmq
 
 from envs.base import EnvSpec
 from envs.spaces import ActionSpace
+from learner.batch import row_layout
 from learner.ingest import Ingest, _host_stats, host_timing
 from protocol import Limits, Message, MessageType, ProtocolError, decode, encode
 from tests.processes import free_port_triple
 
 HORIZON, OBS, SEGMENTS = 5, 3, 6
 SPEC = EnvSpec(num_agents=1, obs_shape=(OBS,), obs_dtype="float32", action=ActionSpace.discrete(2))
+LAYOUT = row_layout(SPEC, horizon=HORIZON, state_size=0)
 
 
 def rows_message(versions: list[int], marker: float) -> Message:
     n = len(versions)
-    arrays = {
-        "obs": np.full((n, HORIZON, OBS), marker, dtype=np.float32),
-        "actions": np.zeros((n, HORIZON), dtype=np.int32),
-        "action_masks": np.zeros((n, HORIZON, 0), dtype=np.uint8),
-        "logprobs": np.zeros((n, HORIZON), dtype=np.float32),
-        "values": np.zeros((n, HORIZON), dtype=np.float32),
-        "rewards": np.arange(n, dtype=np.float32)[:, None].repeat(HORIZON, 1) + marker,
-        "dones": np.zeros((n, HORIZON), dtype=np.uint8),
-        "bootstrap": np.zeros((n, HORIZON), dtype=np.float32),
-        "versions": np.asarray(versions, dtype=np.int64),
-        "states": np.zeros((n, 0), dtype=np.float32),
-    }
+    arrays = {name: np.zeros_like(array) for name, array in LAYOUT.allocate(n).items()}
+    arrays["obs"][:] = marker
+    arrays["rewards"][:] = np.arange(n, dtype=np.float32)[:, None] + marker
+    arrays["versions"][:] = versions
     return Message(type=MessageType.ROWS, sender="test", version=max(versions),
                    fields={"num_rows": n, "episode_returns": [1.0], "episode_lengths": [3], "env_steps": n,
                            "agent_steps": n},
@@ -167,3 +161,58 @@ def test_rows_left_over_from_a_block_start_the_next_batch_and_never_touch_the_re
     assert first != second
     assert thread.buffers[first].arrays["rewards"][:, 0].tolist() == [0.0, 1.0, 2.0, 3.0, 10.0, 11.0]
     assert thread.buffers[second].arrays["rewards"][:, 0].tolist() == [12.0, 13.0, 14.0, 20.0, 21.0, 22.0]
+
+
+@pytest.fixture
+def unstarted():
+    """An ingest not started yet, and a PUSH socket to it."""
+    context = zmq.Context()
+    stop = threading.Event()
+    port = free_port_triple()
+    thread = Ingest(context=context, endpoint=f"tcp://127.0.0.1:{port}", segments=SEGMENTS, env=SPEC,
+                    horizon=HORIZON, state_size=0, max_policy_lag=2, hwm=4, buffer_bytes=65536, limits=Limits(),
+                    stop=stop)
+    thread.policy_version = 10
+    push = context.socket(zmq.PUSH)
+    push.setsockopt(zmq.LINGER, 0)
+    push.connect(f"tcp://127.0.0.1:{port}")
+    yield thread, push
+    stop.set()
+    if thread.ident is not None:
+        thread.join(timeout=5)
+    else:
+        thread.socket.close(linger=0)
+    push.close()
+    context.term()
+
+
+def test_a_snapshot_hands_over_the_counters_and_restarts_the_since_last_take_figures(ingest):
+    thread, push = ingest
+    stats = {"inference_batches": 4, "inference_agents": 100, "inference_s": 0.002}
+    push.send_multipart(encode(with_host_stats(rows_message([10, 9, 7, 8, 3], marker=1.0), stats)))
+    push.send_multipart(encode(rows_message([10, 10, 10], marker=2.0)))
+    thread.ready.get(timeout=10)
+    snapshot = thread.take_snapshot()
+    assert (snapshot.env_steps, snapshot.agent_steps, snapshot.episodes) == (8, 8, 2)
+    assert snapshot.recent_returns == (1.0, 1.0) and snapshot.recent_lengths == (3, 3)
+    assert (snapshot.rows_received, snapshot.rows_dropped_stale, snapshot.rows_dropped_future) == (6, 2, 0)
+    assert snapshot.policy_lag_mean == 0.5 and snapshot.policy_lag_max == 2
+    assert snapshot.host_timing["inference_batch_agents_mean"] == 25.0
+    assert snapshot.messages_dropped == 0 and snapshot.env_restarts == 0 and snapshot.episode_stat_means == {}
+    again = thread.take_snapshot()
+    assert (again.env_steps, again.episodes, again.recent_returns, again.rows_dropped_stale) == (8, 2, (1.0, 1.0), 2)
+    assert again.policy_lag_mean == 0.0 and again.policy_lag_max == 0
+    assert set(again.host_timing.values()) == {None}
+
+
+def test_resume_totals_continue_a_checkpoints_counts_and_only_before_start(unstarted):
+    thread, push = unstarted
+    thread.resume_totals(env_steps=1000, agent_steps=3000, episodes=7, recent_returns=[5.0] * 100)
+    thread.start()
+    push.send_multipart(encode(rows_message([10] * SEGMENTS, marker=1.0)))
+    thread.ready.get(timeout=10)
+    snapshot = thread.take_snapshot()
+    assert (snapshot.env_steps, snapshot.agent_steps, snapshot.episodes) == (1006, 3006, 8)
+    assert snapshot.recent_returns == (5.0,) * 99 + (1.0,)
+    with pytest.raises(RuntimeError, match="after start"):
+        thread.resume_totals(env_steps=0, agent_steps=0, episodes=0, recent_returns=[])

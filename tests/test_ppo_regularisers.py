@@ -12,10 +12,11 @@ import torch
 from configs.plan import make_plan
 from configs.schema import ModelSection
 from learner.advantage import compute_advantages
+from learner.batch import RowBatch
 from learner.losses import Minibatch, minibatch_losses
-from learner.ppo import RowBatch, current_logprobs, ppo_update, sampling_probs
+from learner.ppo import current_logprobs, ppo_update, sampling_probs
+from learner.ppo_algorithm import make_optimizer, make_reference, zero_value_head
 from learner.schedules import UpdateSchedule
-from learner.trainer import make_optimizer, make_reference, zero_value_head
 from policies.factory import make_policy
 from tests.test_ppo import HORIZON, ROWS, SPEC, log_softmax, make_case, make_trainer, reference_metrics
 

@@ -69,7 +69,9 @@ def test_value_converges_to_the_bootstrapped_return(tmp_path: Path, procs: list)
     checkpoints = list_checkpoints(run_dir)
     assert checkpoints, "no checkpoint written"
     policy = make_policy(env_spec(config.env), config.model)
-    state = load_checkpoint(checkpoints[-1], policy=policy)
+    checkpoint = load_checkpoint(checkpoints[-1])
+    policy.load_state_dict(checkpoint.learned.modules["model"])
+    state = checkpoint.trainer_state
     assert state.env_steps >= config.trainer.total_timesteps
     policy.eval()
     with torch.no_grad():

@@ -50,13 +50,14 @@ from envs.registry import env_spec
 from benchlib import emit
 from configs.loader import load_config
 from configs.plan import make_plan
-from learner.ingest import BatchBuffers, Ingest
+from learner.batch import BatchBuffers, row_layout, to_batch
+from learner.ingest import Ingest
 from learner.ppo import ppo_update
+from learner.ppo_algorithm import make_optimizer, make_reference
 from learner.schedules import schedule_for
-from learner.trainer import make_optimizer, make_reference, to_batch
 from policies.factory import make_policy
 from protocol import Limits, Message, MessageType, decode, encode
-from protocol.rows import row_array_specs
+from protocol.rows import RowLayout
 
 TARGET = 0.9
 GRID_SCALE = ["trainer.forward_pass_minibatch_target_size=64", "trainer.batch_size=16384",
@@ -72,6 +73,7 @@ def make_blocks(config, state_size: int, seed: int) -> list[Message]:
     plan = make_plan(trainer, num_agents=config.env.num_agents)
     horizon = trainer.bptt_horizon + 1
     rows_per_message = config.network.rows_per_message
+    layout = row_layout(spec, horizon=horizon, state_size=state_size)
     rng = np.random.default_rng(seed)
     action = spec.action
     messages = []
@@ -90,18 +92,16 @@ def make_blocks(config, state_size: int, seed: int) -> list[Message]:
             uniform = -float(np.log(np.asarray(action.nvec, dtype=np.float64)).sum())
             logprobs = uniform + 0.05 * rng.standard_normal((n, horizon))
         episodes = int(rng.integers(0, 3))
-        arrays = {
-            "obs": obs,
-            "actions": actions,
-            "action_masks": np.ones((n, horizon, spec.mask_size), dtype=np.uint8),
-            "logprobs": logprobs.astype(np.float32),
-            "values": (0.1 * rng.standard_normal((n, horizon))).astype(np.float32),
-            "rewards": (rng.random((n, horizon)) < 0.02).astype(np.float32),
-            "dones": (rng.random((n, horizon)) < 0.002).astype(np.uint8),
-            "bootstrap": np.zeros((n, horizon), dtype=np.float32),
-            "versions": np.zeros(n, dtype=np.int64),
-            "states": np.zeros((n, state_size), dtype=np.float32),
-        }
+        arrays = layout.allocate(n)  # every field is set below (a poison value left over would be rejected)
+        arrays["obs"][:] = obs
+        arrays["actions"][:] = actions
+        arrays["action_masks"][:] = 1
+        arrays["logprobs"][:] = logprobs
+        arrays["values"][:] = 0.1 * rng.standard_normal((n, horizon))
+        arrays["rewards"][:] = rng.random((n, horizon)) < 0.02
+        arrays["dones"][:] = rng.random((n, horizon)) < 0.002
+        for name in ("bootstrap", "versions", "states"):
+            arrays[name][:] = 0
         fields = {"num_rows": n, "episode_returns": [float(r) for r in rng.random(episodes) * 10],
                   "episode_lengths": [int(x) for x in rng.integers(1, 1000, episodes)],
                   "env_steps": n * trainer.bptt_horizon // max(1, spec.num_agents),
@@ -179,9 +179,10 @@ def thread_cpu_s(thread: threading.Thread) -> float:
         return 0.0
 
 
-def memory_buffers(specs: dict, segments: int, messages: list[Message]) -> BatchBuffers:
+def memory_buffers(layout: RowLayout, segments: int, messages: list[Message]) -> BatchBuffers:
     """A batch buffer filled from the decoded blocks, as the ingest thread fills one."""
-    arrays = {name: np.zeros((segments, *spec.shape[1:]), dtype=spec.dtype) for name, spec in specs.items()}
+    buffers = BatchBuffers.allocate(layout, segments)
+    arrays = buffers.arrays
     filled = 0
     for message in messages:
         n = len(message.arrays["versions"])
@@ -189,7 +190,7 @@ def memory_buffers(specs: dict, segments: int, messages: list[Message]) -> Batch
             arrays[name][filled:filled + n] = array
         filled += n
     assert filled == segments, (filled, segments)
-    return BatchBuffers(arrays=arrays)
+    return buffers
 
 
 def run_memory(model: Trainer, buffers: list[BatchBuffers], updates: int) -> float:
@@ -240,11 +241,9 @@ def bench_case(config_path: str, overrides: list[str], updates: int, rounds: int
     messages = make_blocks(config, state_size, seed)
     frames = [encode(m) for m in messages]
     decoded = [decode(f) for f in frames]
-    specs = row_array_specs(obs_shape=spec.obs_shape, obs_dtype=spec.obs_dtype, horizon=horizon,
-                            state_size=state_size, action_shape=spec.action.shape,
-                            action_dtype=spec.action.dtype, mask_size=spec.mask_size)
-    reference = memory_buffers(specs, plan.segments, decoded)
-    mem_buffers = [reference, memory_buffers(specs, plan.segments, decoded)]
+    layout = row_layout(spec, horizon=horizon, state_size=state_size)
+    reference = memory_buffers(layout, plan.segments, decoded)
+    mem_buffers = [reference, memory_buffers(layout, plan.segments, decoded)]
 
     # The obs frame on the wire: index of "obs" among the arrays, + 2 (tag and header frames).
     obs_index = list(messages[0].arrays).index("obs")

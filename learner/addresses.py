@@ -1,0 +1,53 @@
+"""The learner's three socket addresses, from network.host and network.port, and errors in them by type.
+
+Control (ROUTER) binds at network.port, data (PULL) at port + 1 and weights (PUB) at port + 2. A host that
+is not an address, or an address that cannot be bound (in use, not this machine's), is an ``AddressError``:
+the user's to fix, so the CLI prints it as one line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import zmq
+
+from configs.schema import NetworkSection
+from protocol.endpoints import Endpoint, parse_endpoint
+
+
+class AddressError(ValueError):
+    """network.host / network.port do not give addresses this learner can bind; the message says which."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class LearnerAddresses:
+    """Where the learner's sockets bind."""
+
+    control: Endpoint
+    """Registration, heartbeats, weights on request and pool requests (ROUTER), at network.port."""
+    data: Endpoint
+    """Row blocks from actor hosts (PULL), at network.port + 1."""
+    weights: Endpoint
+    """Weights published after every update (PUB), at network.port + 2."""
+
+
+def learner_addresses(network: NetworkSection) -> LearnerAddresses:
+    """The three addresses of ``network``; AddressError if its host is not a host name or address."""
+    try:
+        control = parse_endpoint(f"tcp://{network.host}:{network.port}", "learner address (network.host, network.port)")
+        return LearnerAddresses(control=control, data=control.with_port(network.port + 1),
+                                weights=control.with_port(network.port + 2))
+    except ValueError as err:
+        raise AddressError(str(err)) from err
+
+
+@contextmanager
+def binding(address: Endpoint) -> Iterator[None]:
+    """A failure to bind ``address`` inside the block becomes an AddressError naming it."""
+    try:
+        yield
+    except zmq.ZMQError as err:
+        raise AddressError(f"cannot bind {address.url}: {err.strerror} (another learner on these ports? "
+                           f"network.port uses it and the next two)") from err
