@@ -1,9 +1,11 @@
-"""The arena (evaluation/arena.py: batched matches, seats alternating) and the Elo tool (python -m learner.elo)."""
+"""The arena (evaluation/arena.py: batched matches, seats alternating) and the Elo tool (python -m evaluation.elo, also as python -m learner.elo)."""
 
 from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +15,7 @@ import torch
 from envs.registry import env_spec
 from configs.loader import load_config
 from configs.schema import RunConfig
-from learner import elo
+from evaluation import elo
 from evaluation.arena import MatchOutcome, OnePlyPlayer, PolicyPlayer, RandomPlayer, play_match
 from learner.pool import SnapshotStore
 from learner.run_dir import new_run_dir
@@ -213,3 +215,11 @@ def test_cli_bad_mode_is_an_argparse_error(capsys):
         elo.main(["--run-dir", "x", "--tournament-mode", "swiss"])
     assert exc.value.code == 2
     assert "python -m evaluation.elo: error: argument --tournament-mode" in capsys.readouterr().err
+
+
+def test_learner_elo_is_an_alias_under_its_own_name(tmp_path):
+    """`python -m learner.elo` (the earlier name) runs the same tool and names itself in errors."""
+    done = subprocess.run([sys.executable, "-m", "learner.elo", "--run-dir", str(tmp_path / "missing")],
+                          cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.startswith("python -m learner.elo: error: run directory"), done.stderr

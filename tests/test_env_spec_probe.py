@@ -20,9 +20,10 @@ def test_builtin_spec_is_declared_without_a_child():
     assert probe_env_spec(EnvConfig(name="cartpole")) == CartPoleVec.SPEC
 
 
-def test_external_spec_comes_from_a_child_and_nothing_is_imported_here():
-    cfg = EnvConfig(name="native", entry_point="examples.corridor:CorridorVec", kwargs={"num_agents": 2, "length": 8}, num_agents=2)
-    sys.modules.pop("examples.corridor", None)
+def test_external_spec_comes_from_a_child_and_nothing_is_imported_here(monkeypatch):
+    cfg = EnvConfig(name="native", entry_point="examples.corridor:CorridorVec", kwargs={"num_agents": 2, "length": 8},
+                    num_agents=2)
+    monkeypatch.delitem(sys.modules, "examples.corridor", raising=False)  # restored after the test
     spec = probe_env_spec(cfg)
     assert "examples.corridor" not in sys.modules
     assert spec == env_spec(cfg)

@@ -3,6 +3,7 @@ are kept, and the batch holds exactly the fresh rows."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
 
@@ -34,8 +35,9 @@ def rows_message(versions: list[int], marker: float) -> Message:
                    arrays=arrays)
 
 
-@pytest.fixture
-def ingest():
+@contextlib.contextmanager
+def ingest_and_push(*, start: bool):
+    """An Ingest (started or not) and a PUSH socket connected to it; everything closed afterwards."""
     context = zmq.Context()
     stop = threading.Event()
     port = free_port_triple()
@@ -43,15 +45,27 @@ def ingest():
                     horizon=HORIZON, state_size=0, max_policy_lag=2, hwm=4, buffer_bytes=65536, limits=Limits(),
                     stop=stop)
     thread.policy_version = 10
-    thread.start()
+    if start:
+        thread.start()
     push = context.socket(zmq.PUSH)
     push.setsockopt(zmq.LINGER, 0)
     push.connect(f"tcp://127.0.0.1:{port}")
-    yield thread, push
-    stop.set()
-    thread.join(timeout=5)
-    push.close()
-    context.term()
+    try:
+        yield thread, push
+    finally:
+        stop.set()
+        if thread.ident is not None:
+            thread.join(timeout=5)
+        else:
+            thread.socket.close(linger=0)
+        push.close()
+        context.term()
+
+
+@pytest.fixture
+def ingest():
+    with ingest_and_push(start=True) as pair:
+        yield pair
 
 
 def test_stale_rows_are_dropped_and_counted(ingest):
@@ -166,24 +180,8 @@ def test_rows_left_over_from_a_block_start_the_next_batch_and_never_touch_the_re
 @pytest.fixture
 def unstarted():
     """An ingest not started yet, and a PUSH socket to it."""
-    context = zmq.Context()
-    stop = threading.Event()
-    port = free_port_triple()
-    thread = Ingest(context=context, endpoint=f"tcp://127.0.0.1:{port}", segments=SEGMENTS, env=SPEC,
-                    horizon=HORIZON, state_size=0, max_policy_lag=2, hwm=4, buffer_bytes=65536, limits=Limits(),
-                    stop=stop)
-    thread.policy_version = 10
-    push = context.socket(zmq.PUSH)
-    push.setsockopt(zmq.LINGER, 0)
-    push.connect(f"tcp://127.0.0.1:{port}")
-    yield thread, push
-    stop.set()
-    if thread.ident is not None:
-        thread.join(timeout=5)
-    else:
-        thread.socket.close(linger=0)
-    push.close()
-    context.term()
+    with ingest_and_push(start=False) as pair:
+        yield pair
 
 
 def test_a_snapshot_hands_over_the_counters_and_restarts_the_since_last_take_figures(ingest):
