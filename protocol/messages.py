@@ -107,10 +107,15 @@ REQUIRED_FIELDS: dict[MessageType, dict[str, type]] = {
 #: Fields in neither table are passed through unchecked (beyond being
 #: msgpack-native) so that additive changes stay compatible.
 OPTIONAL_FIELDS: dict[MessageType, dict[str, type]] = {
+    MessageType.REGISTERED: {"token": str},
     MessageType.HEARTBEAT: {"env_error": dict},
     MessageType.HEARTBEAT_ACK: {"run_id": str},
-    MessageType.ROWS: {"episode_stats": dict, "env_restarts": int, "host_stats": dict},
+    MessageType.ROWS: {"episode_stats": dict, "env_restarts": int, "host_stats": dict, "token": str},
+    MessageType.BYE: {"reason": str},
 }
+"""``REGISTERED.token``: a secret the learner hands one registration; the host sends it back in every ROWS
+message, and the learner drops rows whose token no registered host holds. ``BYE.reason``: why a host leaves
+when it is not a clean stop (e.g. a worker that crashes in a loop); absent for a normal goodbye."""
 
 
 def _type_ok(value: Any, expected: type) -> bool:
