@@ -7,9 +7,11 @@ import logging
 import signal
 import sys
 
+from protocol.bind_rule import client_curve_for
 from protocol.endpoints import parse_endpoint
 
 DEFAULT_LEARNER = "tcp://127.0.0.1:5555"
+KEY_OPTIONS = "--curve-server-key server.key --curve-client-key NAME.key_secret"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -23,6 +25,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--pool", default=None,
                         help="opponent-pool server address for self-play (default: the learner's, which serves "
                              "the pool itself; use this for `python -m learner.pool_server`)")
+    security = parser.add_argument_group("multi-host security (CurveZMQ; keys from python -m protocol.keys)")
+    security.add_argument("--curve-server-key", default="", metavar="FILE",
+                          help="the learner's public server.key (required for a learner beyond loopback)")
+    security.add_argument("--curve-client-key", default="", metavar="FILE",
+                          help="this host's NAME.key_secret (its NAME.key must be in the learner's allowed clients)")
+    security.add_argument("--insecure", action="store_true",
+                          help="talk to a learner beyond loopback without CURVE (it must run with --insecure too)")
     parser.add_argument("--null-policy", action="store_true",
                         help="benchmark mode: uniformly random (legal) actions instead of the learner's policy, "
                              "no network; rows still stream to the learner (ops/bench/pipeline.py uses it)")
@@ -46,9 +55,19 @@ def main(argv: list[str] | None = None) -> int:
             pool = parse_endpoint(args.pool, "--pool")
         except ValueError as err:
             return _fail(str(err))
+    try:
+        curve = None
+        for server in (endpoint, pool):
+            if server is not None:
+                curve = client_curve_for(server, server_key=args.curve_server_key, client_key=args.curve_client_key,
+                                         insecure=args.insecure, who="--learner" if server is endpoint else "--pool",
+                                         key_options=KEY_OPTIONS)
+    except ValueError as err:  # CurveKeyError and InsecureEndpointError
+        return _fail(str(err))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     from actors import wiring  # heavy imports (torch, numba) only when running
     from actors.env_failures import EnvFailure
+    from actors.learner_link import LearnerRefused
     from actors.pool_client import PoolError
     from actors.stop_flag import StopFlag
     from configs.loader import ConfigError
@@ -62,10 +81,11 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGINT, handler)
     signal.signal(signal.SIGTERM, handler)
-    options = wiring.HostOptions(learner=endpoint, num_workers=args.n, null_policy=args.null_policy, pool=pool)
+    options = wiring.HostOptions(learner=endpoint, num_workers=args.n, null_policy=args.null_policy, pool=pool,
+                                 curve=curve)
     try:
         return wiring.run_host(options, stop)
-    except (ConfigError, PlanError, EnvConfigError) as err:  # the user's to fix; anything else is a bug: traceback
+    except (ConfigError, PlanError, EnvConfigError, LearnerRefused) as err:  # the user's to fix; else a traceback
         return _fail(str(err))
     except (EnvFailure, PoolError) as err:  # the env or the pool server failed at run time; the reason says how
         return _fail(str(err), code=1)

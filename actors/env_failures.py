@@ -50,6 +50,12 @@ class EnvErrorReport:
         where = f" at {self.location}" if self.location else ""
         return f"{self.message} ({self.error_type}{where})"
 
+    def goodbye(self) -> str:
+        """The reason a host's BYE gives when this failure stops it, as the learner's log shows env errors:
+        ``env error TYPE at FILE:LINE: MESSAGE``."""
+        where = f" at {self.location}" if self.location else ""
+        return f"env error {self.error_type}{where}: {self.message}"
+
     def fields(self) -> dict[str, str]:
         """The report as the HEARTBEAT message's ``env_error`` field."""
         return {"type": self.error_type, "message": self.message, "where": self.location}

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import zmq
 
 from actors.alternation import OpponentAlternation
-from actors.env_failures import EnvErrorReport, EnvFailure
+from actors.env_failures import EnvErrorReport
 from actors.learner_link import LearnerLink
 from actors.rows_report import RowsReport
 from actors.stepper import GroupStepper
@@ -71,25 +71,24 @@ class ActorHost:
                                report=RowsReport.for_stats(stepper.env_spec.episode_stats))
 
     def run(self) -> None:
-        """Run until the learner says stop, a signal arrives, or the learner is gone and the host is stopped."""
-        try:
-            while not self.stop.is_set():
-                self.workers.collect(dict(self.poller.poll(POLL_MS)), self.state.report)
-                now = time.monotonic()
-                self._send_heartbeat(now)
-                self._read_control_replies(now)
-                self._apply_broadcast()
-                if now - self.state.last_reply > self.network.peer_timeout_s and not self.stop.is_set():
-                    if not self._register_again():
-                        return
-                    continue
-                self._act_on_ready_groups()
-                if self.alternation is not None:
-                    self.alternation.maybe_next(self.stepper.env_steps)
-                self._ship_rows(now)
-        except EnvFailure as failure:  # the learner's log gets the reason too
-            self.link.send_control(MessageType.HEARTBEAT, {"env_error": failure.report.fields()})
-            raise
+        """Run until the learner says stop, a signal arrives, or the learner is gone and the host is stopped.
+
+        An ``EnvFailure`` (an env that cannot run, a worker in a crash loop) propagates: ``run_host``'s BYE
+        carries it to the learner as the reason the host left."""
+        while not self.stop.is_set():
+            self.workers.collect(dict(self.poller.poll(POLL_MS)), self.state.report)
+            now = time.monotonic()
+            self._send_heartbeat(now)
+            self._read_control_replies(now)
+            self._apply_broadcast()
+            if now - self.state.last_reply > self.network.peer_timeout_s and not self.stop.is_set():
+                if not self._register_again():
+                    return
+                continue
+            self._act_on_ready_groups()
+            if self.alternation is not None:
+                self.alternation.maybe_next(self.stepper.env_steps)
+            self._ship_rows(now)
 
     def _send_heartbeat(self, now: float) -> None:
         """Every heartbeat interval; it carries the workers' latest env error if the learner has not had it."""

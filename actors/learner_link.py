@@ -6,6 +6,7 @@ rows are sent only when the PUSH socket has room (the high-water mark is the bac
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import socket
 import time
@@ -14,8 +15,10 @@ from typing import Any
 
 import numpy as np
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from protocol import Limits, Message, MessageType, ProtocolError, decode, encode
+from protocol.curve import ClientCurve
 from protocol.endpoints import Endpoint, parse_endpoint
 
 LOG = logging.getLogger("sluice.actors.link")
@@ -37,13 +40,22 @@ class Registration:
     """Learner's data (PULL) port."""
     weights_port: int
     """Learner's weights (PUB) port."""
+    token: str | None = None
+    """The secret the learner handed this registration, sent back in every ROWS message (None from a learner
+    that hands out none)."""
+
+
+class LearnerRefused(RuntimeError):
+    """The learner refused this host (its CURVE key is not allowed); the message says what to do."""
 
 
 class LearnerLink:
     """Owns the three sockets; used from the host's main thread only."""
 
-    def __init__(self, learner: Endpoint, *, num_workers: int, limits: Limits) -> None:
+    def __init__(self, learner: Endpoint, *, num_workers: int, limits: Limits, curve: ClientCurve | None = None) -> None:
         self.learner = learner
+        self.curve = curve
+        """CURVE on all three sockets (None: plaintext)."""
         self.num_workers = num_workers
         self.limits = limits
         self.context = zmq.Context()
@@ -52,14 +64,33 @@ class LearnerLink:
         self.weights: zmq.Socket | None = None
         self.seq = 0
         self.name = f"{socket.gethostname()}:{id(self) & 0xFFFF:04x}"
+        self.token: str | None = None
+        """The current registration's token (each registration replaces it)."""
 
     def _control_socket(self) -> zmq.Socket:
         sock = self.context.socket(zmq.DEALER)
+        self.refusals = None if self.curve is None else sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_FAILED_AUTH)
+        self._secure(sock)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.IMMEDIATE, 1)
         sock.setsockopt(zmq.MAXMSGSIZE, self.limits.max_message_bytes)
         sock.connect(self.learner.url)
         return sock
+
+    def _secure(self, sock: zmq.Socket) -> None:
+        if self.curve is not None:
+            self.curve.apply(sock)
+
+    def _check_not_refused(self) -> None:
+        """CURVE: a learner that refused this host's key is an error that says which key and what to do."""
+        if self.refusals is None or not self.refusals.poll(0):
+            return
+        event = recv_monitor_message(self.refusals)
+        if event["event"] == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+            key = self.curve.public.decode("ascii") if self.curve is not None else ""
+            raise LearnerRefused(f"the learner at {self.learner.url} refused this host's CURVE key {key}: copy this "
+                                 f"host's public .key file into the learner's allowed clients directory "
+                                 f"(--curve-allowed-clients)")
 
     def send_control(self, type_: MessageType, fields: dict[str, Any] | None = None) -> None:
         """Send a control message; silently skipped while no learner is connected."""
@@ -99,8 +130,11 @@ class LearnerLink:
                     return None
                 if reply.type is MessageType.ERROR:
                     raise RuntimeError(f"learner refused registration: {reply.fields['message']}")
+            self._check_not_refused()
             if not announced:
-                print(f"actors: waiting for the learner at {self.learner.url} ...", flush=True)
+                curve = (" (CURVE: --curve-server-key must be that learner's server.key)" if self.curve is not None
+                         else "")
+                print(f"actors: waiting for the learner at {self.learner.url} ...{curve}", flush=True)
                 announced = True
         return None
 
@@ -108,20 +142,23 @@ class LearnerLink:
         fields = reply.fields
         data_port = parse_endpoint(fields["data_endpoint"], "data endpoint").port
         weights_port = parse_endpoint(fields["weights_endpoint"], "weights endpoint").port
+        self.token = fields.get("token")
         return Registration(config=fields["config"], run_id=fields["run_id"], version=reply.version,
                             weights={k: np.array(v) for k, v in reply.arrays.items()},
-                            data_port=data_port, weights_port=weights_port)
+                            data_port=data_port, weights_port=weights_port, token=self.token)
 
     def open_streams(self, registration: Registration, *, hwm: int, buffer_bytes: int) -> None:
         """Connect the data and weights sockets to the ports the learner advertised."""
         self.close_streams()
         self.data = self.context.socket(zmq.PUSH)
+        self._secure(self.data)
         self.data.setsockopt(zmq.SNDHWM, hwm)
         self.data.setsockopt(zmq.SNDBUF, buffer_bytes)
         self.data.setsockopt(zmq.LINGER, 0)
         self.data.setsockopt(zmq.IMMEDIATE, 1)
         self.data.connect(self.learner.with_port(registration.data_port).url)
         self.weights = self.context.socket(zmq.SUB)
+        self._secure(self.weights)
         self.weights.setsockopt(zmq.RCVHWM, 4)
         self.weights.setsockopt(zmq.LINGER, 0)
         self.weights.setsockopt(zmq.MAXMSGSIZE, self.limits.max_message_bytes)
@@ -149,8 +186,10 @@ class LearnerLink:
         return self.data is not None and bool(self.data.poll(0, zmq.POLLOUT))
 
     def send_rows(self, message: Message) -> None:
-        """Queue one ROWS message (call can_send_rows first)."""
+        """Queue one ROWS message (call can_send_rows first), with this registration's token in its fields."""
         assert self.data is not None
+        if self.token is not None:
+            message = dataclasses.replace(message, fields={**message.fields, "token": self.token})
         self.data.send_multipart(encode(message), copy=False)
 
     def close_streams(self) -> None:
@@ -160,9 +199,12 @@ class LearnerLink:
                 sock.close(linger=0)
         self.data = self.weights = None
 
-    def close(self) -> None:
-        """Say goodbye (best effort) and close everything."""
-        self.send_control(MessageType.BYE)
+    def close(self, reason: str | None = None) -> None:
+        """Say goodbye (best effort) and close everything; ``reason`` says why when the host stops because
+        something failed (the learner counts it as a failed host), None for a normal stop."""
+        self.send_control(MessageType.BYE, None if reason is None else {"reason": reason})
         self.close_streams()
         self.control.close(linger=100)
+        if self.refusals is not None:
+            self.refusals.close(linger=0)
         self.context.term()

@@ -10,6 +10,7 @@ import zmq
 
 from actors.opponents import OpponentAssignment
 from protocol import Limits, Message, MessageType, ProtocolError, decode, encode
+from protocol.curve import ClientCurve
 from protocol.endpoints import Endpoint
 
 
@@ -20,8 +21,10 @@ class PoolError(RuntimeError):
 class PoolClient:
     """GET_OPPONENTS and GET_SNAPSHOT against the pool server at ``endpoint``."""
 
-    def __init__(self, endpoint: Endpoint, *, limits: Limits, timeout_s: float, sender: str) -> None:
+    def __init__(self, endpoint: Endpoint, *, limits: Limits, timeout_s: float, sender: str,
+                 curve: ClientCurve | None = None) -> None:
         self.endpoint = endpoint
+        self.curve = curve
         self.limits = limits
         self.timeout_ms = int(timeout_s * 1000)
         self.sender = sender
@@ -31,6 +34,8 @@ class PoolClient:
 
     def _connect(self) -> zmq.Socket:
         sock = self.context.socket(zmq.DEALER)
+        if self.curve is not None:
+            self.curve.apply(sock)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.MAXMSGSIZE, self.limits.max_message_bytes)
         sock.connect(self.endpoint.url)
@@ -40,10 +45,21 @@ class PoolClient:
         """Draw this host's envs' opponents for a new alternation."""
         reply = self._request(MessageType.GET_OPPONENTS, {"num_envs": num_envs}, MessageType.OPPONENTS)
         digests, indices = reply.fields["digests"], reply.fields["indices"]
-        if len(digests) != num_envs or len(indices) != num_envs or not all(isinstance(d, str) for d in digests):
-            raise PoolError(f"pool server answered {len(digests)} opponents for {num_envs} envs")
-        return OpponentAssignment(alternation=reply.fields["alternation"], digests=tuple(digests),
-                                  indices=tuple(int(i) for i in indices))
+        env_opponent = reply.arrays.get("env_opponent")
+        if (env_opponent is None or env_opponent.shape != (num_envs,) or env_opponent.dtype.kind != "u"
+                or len(indices) != len(digests) or not all(isinstance(d, str) for d in digests)
+                or not all(isinstance(i, int) for i in indices)):
+            raise PoolError(f"pool server answered GET_OPPONENTS for {num_envs} envs with a malformed assignment "
+                            f"({len(digests)} digests, {len(indices)} indices, env_opponent "
+                            f"{None if env_opponent is None else (env_opponent.dtype.name, env_opponent.shape)}); "
+                            f"expected uint env_opponent of shape ({num_envs},) into equally long digests and indices")
+        if num_envs and int(env_opponent.max()) >= len(digests):
+            raise PoolError(f"pool server answered GET_OPPONENTS with env_opponent up to {int(env_opponent.max())}, "
+                            f"beyond its {len(digests)} digests")
+        positions = env_opponent.tolist()
+        return OpponentAssignment(alternation=reply.fields["alternation"],
+                                  digests=tuple(digests[p] for p in positions),
+                                  indices=tuple(indices[p] for p in positions))
 
     def snapshot(self, digest: str) -> bytes:
         """The snapshot file's bytes (the caller checks them against ``digest``)."""

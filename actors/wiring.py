@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from contextlib import ExitStack
+from types import TracebackType
 from dataclasses import dataclass
 
 import torch
@@ -21,6 +23,7 @@ import zmq
 
 from actors.alternation import OpponentAlternation
 from actors.assembler import RowAssembler
+from actors.env_failures import EnvFailure
 from actors.host import ActorHost
 from actors.inference import Inference, NullInference
 from actors.learner_link import LearnerLink, Registration
@@ -38,6 +41,7 @@ from configs.schema import RunConfig
 from envs.base import EnvSpec
 from envs.registry import env_spec
 from protocol import Limits
+from protocol.curve import ClientCurve
 from protocol.endpoints import Endpoint
 
 LOG = logging.getLogger("sluice.actors")
@@ -55,6 +59,8 @@ class HostOptions:
     """Uniformly random legal actions instead of the learner's policy (pipeline benchmarks)."""
     pool: Endpoint | None = None
     """The opponent-pool server for self-play (None: the learner, which serves the pool itself)."""
+    curve: ClientCurve | None = None
+    """CURVE on every socket to the learner and the pool server (None: plaintext)."""
 
 
 def run_host(options: HostOptions, stop: StopFlag) -> int:
@@ -63,13 +69,26 @@ def run_host(options: HostOptions, stop: StopFlag) -> int:
         LOG.info("removed stale shared memory %s", name)
     with ExitStack() as resources:
         resources.callback(lambda: print(f"actors: stopped ({stop.reason or 'done'})", flush=True))
-        link = LearnerLink(options.learner, num_workers=options.num_workers or 0, limits=Limits())
-        resources.callback(link.close)
+        link = LearnerLink(options.learner, num_workers=options.num_workers or 0, limits=Limits(), curve=options.curve)
+        resources.push(_say_goodbye(link))
         registration = link.register(retry_s=1.0, should_stop=stop.is_set)
         if registration is None:
             return 0
         build_host(registration, link, options=options, stop=stop, resources=resources).run()
         return 0
+
+
+def _say_goodbye(link: LearnerLink) -> Callable[[type[BaseException] | None, BaseException | None,
+                                                  TracebackType | None], bool]:
+    """The exit callback that closes ``link`` last: its BYE names the error the host stops on (an env that
+    cannot run, a worker in a crash loop, the pool server failing), so the learner logs and counts it."""
+    def close(_kind: type[BaseException] | None, error: BaseException | None, _trace: TracebackType | None) -> bool:
+        if isinstance(error, EnvFailure):
+            link.close(reason=error.report.goodbye())
+        else:
+            link.close(reason=f"{type(error).__name__}: {error}" if isinstance(error, Exception) else None)
+        return False
+    return close
 
 
 def build_host(registration: Registration, link: LearnerLink, *, options: HostOptions, stop: StopFlag,
@@ -92,7 +111,7 @@ def build_host(registration: Registration, link: LearnerLink, *, options: HostOp
                              action_shape=spec.action.shape, action_dtype=spec.action.dtype,
                              mask_size=spec.mask_size)
     alternation = (_opponent_alternation(config, spec, layout, endpoint=options.pool or options.learner,
-                                         sender=link.name, seed=seed, resources=resources)
+                                         sender=link.name, seed=seed, curve=options.curve, resources=resources)
                    if config.selfplay.enabled else None)
     stepper = GroupStepper(env_spec=spec, layout=layout, inference=inference, assembler=assembler,
                            states=AgentStates(layout.total_slots, inference.state_size),
@@ -113,10 +132,11 @@ def build_host(registration: Registration, link: LearnerLink, *, options: HostOp
 
 
 def _opponent_alternation(config: RunConfig, spec: EnvSpec, layout: SlotLayout, *, endpoint: Endpoint,
-                          sender: str, seed: int, resources: ExitStack) -> OpponentAlternation:
+                          sender: str, seed: int, curve: ClientCurve | None,
+                          resources: ExitStack) -> OpponentAlternation:
     """Self-play: the pool client, the snapshot cache, the seats, and the first assignment (blocking)."""
     client = PoolClient(endpoint, limits=Limits(max_message_bytes=config.network.max_message_bytes),
-                        timeout_s=3 * config.network.heartbeat_interval_s, sender=sender)
+                        timeout_s=3 * config.network.heartbeat_interval_s, sender=sender, curve=curve)
     resources.callback(client.close)
     cache = OpponentCache(spec, config.model, capacity=config.selfplay.cache_size, fetch=client.snapshot, seed=seed)
     opponents = Opponents(num_envs=layout.total_envs, num_agents=spec.num_agents, cache=cache)

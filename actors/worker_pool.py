@@ -2,15 +2,22 @@
 
 Each worker gets a shared segment (``WorkerSegment``) and a duplex pipe. The pool registers every pipe in
 the host's poller; ``collect`` reads the replies of the pipes the poller marked and queues the groups that
-are ready for actions in ``ready``. A worker whose pipe breaks is respawned over the same segment (its
-agents' partial rows and states are dropped through ``on_restart``); one that dies MAX_DEATHS_IN_A_ROW
-times without a single reply in between stops the host, like an env that cannot be built.
+are ready for actions in ``ready``. A worker whose pipe breaks is buried at once (its pipe leaves the poller, its
+ready groups are dropped, and so are its agents' partial rows and states, through ``on_restart``) and respawned
+over the same segment after a backoff (RESPAWN_BACKOFF_S, doubling, at most RESPAWN_BACKOFF_MAX_S): the respawn
+is scheduled, and ``collect`` starts it once due, so the host's loop keeps serving the other workers and the
+learner meanwhile. Respawns happen only in ``collect``, never between a ``collect`` and the ``wake`` after it, so
+a wake never reaches a worker that did not write the step it answers. A worker that dies MAX_DEATHS_IN_A_ROW
+times without completing a single step in between stops the host (``EnvFailure`` naming the worker and its
+last exit cause: exit code, or the signal that killed it), like an env that cannot be built. Every send on a
+pipe tolerates a worker that died a moment ago: its EOF at the next poll buries it.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import signal
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -34,7 +41,13 @@ from envs.base import EnvSpec
 LOG = logging.getLogger("sluice.actors")
 JOIN_TIMEOUT_S = 5.0
 MAX_DEATHS_IN_A_ROW = 3
-"""A worker that dies this many times in a row before answering once is fatal (it cannot start)."""
+"""A worker that dies this many times in a row without completing a step in between is fatal (a crash loop)."""
+RESPAWN_BACKOFF_S = 0.25
+"""Delay before respawning a worker after its first death in a row; doubled for each further one."""
+RESPAWN_BACKOFF_MAX_S = 8.0
+"""Longest delay before a respawn."""
+EXIT_GRACE_S = 2.0
+"""How long a worker whose pipe broke may take to exit before it is killed (its exit cause is read then)."""
 
 
 @dataclass(kw_only=True)
@@ -48,15 +61,31 @@ class WorkerProcess:
     groups: tuple[GroupView, ...]
     """Its groups, as the stepper acts on them."""
     process: mp.Process
-    """The running process."""
-    conn: Connection
-    """The host's end of its pipe."""
+    """The running process (after a death: the dead one, until its respawn)."""
+    conn: Connection | None
+    """The host's end of its pipe (None: dead, waiting for its respawn)."""
     fd: int
     """The pipe's file descriptor, as registered in the poller."""
     restarts: int = 0
     """Times it died and was respawned."""
     deaths_in_a_row: int = 0
-    """Deaths since its last reply."""
+    """Deaths since it last completed a step."""
+    replies: int = 0
+    """Replies read from this process (the first ``groups`` follow its reset; later ones answer steps)."""
+    respawn_at: float | None = None
+    """Monotonic time its respawn is due (None: alive)."""
+
+
+def exit_cause(exitcode: int | None) -> str:
+    """How a worker process ended, for messages: 'exit code 3', 'killed by SIGKILL', ..."""
+    if exitcode is None:
+        return "exit cause unknown (still running)"
+    if exitcode < 0:
+        try:
+            return f"killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"killed by signal {-exitcode}"
+    return f"exit code {exitcode}"
 
 
 class WorkerPool:
@@ -100,7 +129,9 @@ class WorkerPool:
         self.stop()
 
     def collect(self, events: dict, report: RowsReport) -> None:
-        """Read the replies on every worker pipe ``events`` (a poll's result) marks readable."""
+        """Respawn the dead workers whose backoff is over (EnvFailure for a crash loop), then read the replies on
+        every worker pipe ``events`` (a poll's result) marks readable."""
+        self._respawn_due()
         for fd in events:
             w = self.by_fd.get(fd)
             if w is not None:
@@ -109,10 +140,13 @@ class WorkerPool:
     def wake(self, groups: Sequence[GroupView]) -> None:
         """Tell the groups' workers their actions are in shared memory."""
         for view in groups:
+            conn = self.workers[view.worker].conn
+            if conn is None:  # buried since its step was collected; its groups are no longer ready
+                continue
             try:
-                self.workers[view.worker].conn.send_bytes(self.wake_bytes[view.group])
-            except OSError:
-                pass  # the worker died; its pipe's EOF restarts it at the next poll
+                conn.send_bytes(self.wake_bytes[view.group])
+            except (OSError, ValueError):
+                pass  # it died after its step was collected (BrokenPipeError); its pipe's EOF buries it at the next poll
 
     def read_clocks(self) -> tuple[float, float]:
         """Seconds all workers together waited for actions and stepped envs since the last call."""
@@ -126,10 +160,12 @@ class WorkerPool:
         workers, self.workers, self.by_fd = self.workers, [], {}
         self.ready.clear()
         for worker in workers:
+            if worker.conn is None:
+                continue
             try:
                 worker.conn.send_bytes(QUIT)
             except (OSError, ValueError):
-                pass
+                pass  # already dead
         deadline = time.monotonic() + JOIN_TIMEOUT_S
         for worker in workers:
             worker.process.join(timeout=max(0.0, deadline - time.monotonic()))
@@ -140,8 +176,9 @@ class WorkerPool:
                 worker.process.kill()
                 worker.process.join(timeout=1)
         for worker in workers:
-            self.poller.unregister(worker.fd)
-            worker.conn.close()
+            if worker.conn is not None:
+                self.poller.unregister(worker.fd)
+                worker.conn.close()
             worker.groups = ()
             worker.segment.close()
 
@@ -164,10 +201,12 @@ class WorkerPool:
         try:
             while worker.conn.poll():
                 reply = worker.conn.recv_bytes()
-                worker.deaths_in_a_row = 0
+                worker.replies += 1
                 group, status = reply[0], reply[1]
                 if status == STATUS_FATAL:
                     raise EnvFailure(EnvErrorReport.from_bytes(reply[2:]))
+                if worker.replies > self.layout.groups:  # it answered a step: it lives
+                    worker.deaths_in_a_row = 0
                 if status == STATUS_ENV_RESTARTED:
                     self.last_env_error = EnvErrorReport.from_bytes(reply[2:])
                     report.env_restarts += 1
@@ -176,27 +215,49 @@ class WorkerPool:
                                 "host): %s", w, group, self.env_restarts, self.last_env_error.text())
                 self.ready.append(worker.groups[group])
         except (EOFError, OSError):
-            self._restart(w)
+            self._bury(w)
 
-    def _restart(self, w: int) -> None:
-        """Respawn worker ``w`` over its segment (not while the host is stopping)."""
+    def _bury(self, w: int) -> None:
+        """Worker ``w``'s pipe broke: forget its pipe, ready groups and agents now, respawn it after a backoff
+        (not while the host is stopping; ``stop`` reaps it)."""
         if self.stop_flag.is_set():
             return
-        old = self.workers[w]
-        old.process.join(timeout=1)
-        deaths = old.deaths_in_a_row + 1
-        if deaths >= MAX_DEATHS_IN_A_ROW:  # stop() still joins it and releases its segment
-            raise EnvFailure(EnvErrorReport(message=f"env worker {w} died {deaths} times in a row without "
-                                                    f"answering once (last exit code {old.process.exitcode})",
-                                            error_type="worker process died", location=""))
-        LOG.warning("env worker %d died (exit code %s); restarting it", w, old.process.exitcode)
-        self.poller.unregister(old.fd)
-        del self.by_fd[old.fd]
-        old.conn.close()
+        worker = self.workers[w]
+        self.poller.unregister(worker.fd)
+        del self.by_fd[worker.fd]
+        worker.conn.close()
+        worker.conn = None
         self.on_restart(w)
         kept = [view for view in self.ready if view.worker != w]
         self.ready.clear()
         self.ready.extend(kept)
-        self.workers[w] = self._spawn(old.spec, old.segment)
-        self.workers[w].restarts = old.restarts + 1
-        self.workers[w].deaths_in_a_row = deaths
+        worker.deaths_in_a_row += 1
+        delay = (0.0 if worker.deaths_in_a_row >= MAX_DEATHS_IN_A_ROW
+                 else min(RESPAWN_BACKOFF_S * 2 ** (worker.deaths_in_a_row - 1), RESPAWN_BACKOFF_MAX_S))
+        worker.respawn_at = time.monotonic() + delay
+
+    def _respawn_due(self) -> None:
+        """Respawn every buried worker whose backoff is over and whose process has exited (one that lingers
+        EXIT_GRACE_S past its due time is killed); the MAX_DEATHS_IN_A_ROW-th death in a row raises instead."""
+        if self.stop_flag.is_set():
+            return
+        now = time.monotonic()
+        for w, worker in enumerate(self.workers):
+            if worker.respawn_at is None or now < worker.respawn_at:
+                continue
+            if worker.process.is_alive():
+                if now < worker.respawn_at + EXIT_GRACE_S:
+                    continue
+                LOG.warning("env worker %d closed its pipe but did not exit in %g s; killing it", w, EXIT_GRACE_S)
+                worker.process.kill()
+                worker.process.join(timeout=1)
+            cause = exit_cause(worker.process.exitcode)
+            deaths = worker.deaths_in_a_row
+            if deaths >= MAX_DEATHS_IN_A_ROW:  # stop() releases its segment
+                raise EnvFailure(EnvErrorReport(
+                    message=f"env worker {w} died {deaths} times in a row without completing a step (last: {cause})",
+                    error_type="worker process died", location=""))
+            LOG.warning("env worker %d died (%s; %d in a row); respawned", w, cause, deaths)
+            self.workers[w] = self._spawn(worker.spec, worker.segment)
+            self.workers[w].restarts = worker.restarts + 1
+            self.workers[w].deaths_in_a_row = deaths

@@ -71,6 +71,7 @@ _BOUNDS: dict[str, tuple[float | None, bool, float | None, bool]] = {
     "network.rows_per_message": (1, True, None, False),
     "network.send_queue_messages": (1, True, None, False),
     "network.max_message_bytes": (1024, True, None, False),
+    "network.max_abs_value": (0.0, False, None, False),
     "network.socket_buffer_bytes": (4096, True, None, False),
 }
 

@@ -161,6 +161,14 @@ class NetworkSection:
     """Kernel send/receive buffer of the data sockets; bounds what hides in TCP below the high-water mark."""
     max_message_bytes: int = 1 << 28
     """Largest message accepted on any socket."""
+    max_abs_value: float = 1e6
+    """Largest magnitude the learner accepts in a ROWS message's float observations, actions, log-probs, values,
+    rewards, bootstraps and recurrent states (and an episode return, per step of its length); more is absurd and
+    the message is dropped (reason absurd_value)."""
+    curve_secret_key: str = ""
+    """CURVE: the learner's server.key_secret file (python -m protocol.keys); empty: no encryption."""
+    curve_allowed_clients: str = ""
+    """CURVE: directory of the actor hosts' public .key files allowed to connect (with curve_secret_key)."""
 
 
 @dataclass(frozen=True, kw_only=True)

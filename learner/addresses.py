@@ -14,6 +14,8 @@ from dataclasses import dataclass
 import zmq
 
 from configs.schema import NetworkSection
+from protocol.bind_rule import server_curve_for
+from protocol.curve import ServerCurve
 from protocol.endpoints import Endpoint, parse_endpoint
 
 
@@ -41,6 +43,18 @@ def learner_addresses(network: NetworkSection) -> LearnerAddresses:
                                 weights=control.with_port(network.port + 2))
     except ValueError as err:
         raise AddressError(str(err)) from err
+
+
+LEARNER_KEY_OPTIONS = ("--curve-secret-key FILE --curve-allowed-clients DIR (network.curve_secret_key, "
+                       "network.curve_allowed_clients)")
+
+
+def learner_curve(network: NetworkSection, *, insecure: bool) -> ServerCurve | None:
+    """The learner's CURVE settings under the bind rule (protocol/bind_rule.py): None means plaintext, which is
+    allowed on loopback and with ``insecure``; beyond loopback without keys it is an InsecureEndpointError."""
+    return server_curve_for(learner_addresses(network).control, secret_key=network.curve_secret_key,
+                            allowed_clients=network.curve_allowed_clients, insecure=insecure, who="the learner",
+                            key_options=LEARNER_KEY_OPTIONS)
 
 
 @contextmanager

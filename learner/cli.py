@@ -17,10 +17,13 @@ from pathlib import Path
 from configs.loader import ConfigError, load_config
 from configs.plan import PlanError, format_plan, make_plan
 from envs.errors import EnvConfigError
-from learner.addresses import AddressError
+from learner.addresses import AddressError, learner_curve
+from protocol.bind_rule import InsecureEndpointError
+from protocol.curve import CurveKeyError
 from learner.run_dir import RunDirError, new_run_dir, resume_config
 
-USER_ERRORS = (ConfigError, PlanError, RunDirError, AddressError, EnvConfigError)
+USER_ERRORS = (ConfigError, PlanError, RunDirError, AddressError, EnvConfigError, CurveKeyError,
+               InsecureEndpointError)
 """What the user asked for cannot be done as asked: one line and exit 2, no traceback."""
 
 
@@ -36,6 +39,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", action="store_true", help="with --plan: print it as one JSON object")
     parser.add_argument("--run-dir", type=Path, default=None, help="run directory (default: runs/<name>-<time>)")
     parser.add_argument("--resume", action="store_true", help="continue the run in --run-dir from its last checkpoint")
+    security = parser.add_argument_group("multi-host security (CurveZMQ; keys from python -m protocol.keys)")
+    security.add_argument("--curve-secret-key", type=Path, metavar="FILE",
+                          help="the learner's server.key_secret (network.curve_secret_key)")
+    security.add_argument("--curve-allowed-clients", type=Path, metavar="DIR",
+                          help="directory of allowed actor hosts' public .key files (network.curve_allowed_clients)")
+    security.add_argument("--insecure", action="store_true",
+                          help="allow binding beyond loopback without CURVE: no encryption, no authentication "
+                               "(warns on every start)")
     pool = parser.add_argument_group("self-play opponent pool (seeds/002; shorthands for --set selfplay.KEY=VALUE)")
     pool.add_argument("--per-env-opponent-sampling", action="store_true",
                       help="self-play with every env drawing its own opponent (selfplay.enabled and "
@@ -45,6 +56,17 @@ def build_parser() -> argparse.ArgumentParser:
                       help="selfplay.opponent_pool_beta (smaller = more weight on the newest snapshots)")
     pool.add_argument("--opponent-pool-exploration", type=float, metavar="EPS", help="selfplay.opponent_pool_exploration")
     return parser
+
+
+def curve_overrides(args: argparse.Namespace) -> list[str]:
+    """--curve-secret-key / --curve-allowed-clients as --set overrides, with absolute paths (a resumed run may start
+    from another directory)."""
+    overrides = []
+    for flag, key in (("curve_secret_key", "curve_secret_key"), ("curve_allowed_clients", "curve_allowed_clients")):
+        path = getattr(args, flag)
+        if path is not None:
+            overrides.append(f"network.{key}={json.dumps(str(path.resolve()))}")
+    return overrides
 
 
 def selfplay_overrides(args: argparse.Namespace) -> list[str]:
@@ -63,7 +85,7 @@ def selfplay_overrides(args: argparse.Namespace) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit code."""
     args = build_parser().parse_args(argv)
-    args.overrides = [*args.overrides, *selfplay_overrides(args)]
+    args.overrides = [*args.overrides, *selfplay_overrides(args), *curve_overrides(args)]
     if args.json and not args.plan:
         return _fail("--json only goes with --plan")
     try:
@@ -74,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             config = load_config(args.config, args.overrides)
         plan = make_plan(config.trainer, num_agents=config.env.num_agents)
+        curve = None if args.plan else learner_curve(config.network, insecure=args.insecure)
     except USER_ERRORS as err:
         return _fail(str(err))
     if args.plan:
@@ -85,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         run_dir = args.run_dir if args.resume else new_run_dir(config, args.run_dir)
-        learner = Learner(config, run_dir, resume=args.resume)
+        learner = Learner(config, run_dir, resume=args.resume, curve=curve)
         install_signal_handlers(learner)
         return learner.run()
     except USER_ERRORS as err:

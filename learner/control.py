@@ -2,6 +2,11 @@
 
 A ROUTER socket served by its own thread, so actor hosts get answers while the trainer is busy.
 Every request is validated; a bad one gets an ERROR reply naming the problem and is counted.
+
+Registration hands the host a token and adds it to the ``SenderRegistry`` the ingest checks rows against;
+BYE, silence for peer_timeout_s and registering again take the token away. Only a registered identity may
+ask for anything but REGISTER (pool requests aside); the requests answered with the weights (REGISTER,
+GET_WEIGHTS) are rate-limited per identity, and at most ``max_hosts`` hosts are registered at once.
 """
 
 from __future__ import annotations
@@ -10,14 +15,20 @@ import logging
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import zmq
 
+from learner.host_sizing import HostSizing
 from learner.pool_server import POOL_REQUESTS, PoolService
+from learner.request_rate import PeerRateLimiter, RateLimit, TokenBucket
+from learner.senders import Sender, SenderRegistry, new_token
 from protocol import Limits, Message, MessageType, ProtocolError, decode, encode
+from protocol.curve import ServerCurve
+from protocol.reject_log import DETAIL_CHARS, RejectLog
 
 LOG = logging.getLogger("sluice.learner.control")
 POLL_MS = 100
@@ -25,6 +36,45 @@ ENV_ERROR_CHARS = 2000
 """Longest env error message (from an actor host's heartbeat) the learner prints."""
 ENV_ERRORS_REMEMBERED = 1000
 """Distinct env errors remembered so each is printed once (past this, the memory starts over)."""
+HOST_NAME_CHARS = 64
+"""Longest host name kept from a REGISTER (printable characters only)."""
+MAX_HOSTS = 4096
+"""Actor hosts registered at once, at most; beyond, REGISTER is answered with ERROR too_many_hosts."""
+WEIGHT_REQUESTS = RateLimit(per_second=2.0, burst=5)
+"""How often one identity may REGISTER or GET_WEIGHTS (each answer carries the whole model)."""
+EXPIRE_EVERY_S = 0.25
+"""How often the registered hosts are checked for silence."""
+HOST_LINES = RateLimit(per_second=0.1, burst=10)
+"""Log lines about hosts (left with a failure, forgotten, env errors): 10 at once, then one per 10 s."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ControlCounts:
+    """What the control server has counted since the learner started, as ``ControlServer.counts`` hands it out."""
+
+    actor_hosts: int
+    """Actor hosts registered and alive now."""
+    actor_hosts_lost: int
+    """Hosts forgotten after peer_timeout_s of silence."""
+    actor_hosts_failed: int
+    """Hosts that left with a BYE naming a failure."""
+    rejected_by_reason: dict[str, int]
+    """Control messages refused, by reason (protocol errors, not_registered, rate_limited, too_many_hosts, ...)."""
+
+
+def printable(text: str, limit: int) -> str:
+    """Peer-supplied text as the logs show it: printable characters only, at most ``limit`` of them."""
+    return "".join(char for char in text[:4 * limit] if char.isprintable())[:limit]
+
+
+def curve_key_of(frame: zmq.Frame) -> str | None:
+    """The z85 CURVE public key a received message arrived under (its ZMQ ``User-Id`` property), None without
+    CURVE."""
+    try:
+        user_id = frame.get("User-Id")
+    except zmq.ZMQError:  # EINVAL: no ZAP handler set one (no CURVE)
+        return None
+    return user_id or None
 
 
 @dataclass(kw_only=True)
@@ -32,9 +82,11 @@ class RegisteredHost:
     """The control server's record of an actor host that registered (the process itself: actors/host.py)."""
 
     name: str
-    """Host name it reported plus its identity."""
+    """Host name it reported (printable, at most HOST_NAME_CHARS)."""
     num_workers: int
     """Env worker processes it runs."""
+    token: str
+    """The token its registration was handed (the key of its Sender in the registry)."""
     last_seen: float
     """Monotonic time of its last message."""
 
@@ -43,22 +95,36 @@ class ControlServer(threading.Thread):
     """ROUTER bound at ``endpoint``; the only thread that touches it."""
 
     def __init__(self, *, context: zmq.Context, endpoint: str, registration: dict[str, Any],
-                 peer_timeout_s: float, limits: Limits, stop: threading.Event,
-                 pool: PoolService | None = None) -> None:
+                 peer_timeout_s: float, limits: Limits, stop: threading.Event, registry: SenderRegistry,
+                 sizing: HostSizing, pool: PoolService | None = None, curve: ServerCurve | None = None,
+                 max_hosts: int = MAX_HOSTS, weight_requests: RateLimit = WEIGHT_REQUESTS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__(name="control", daemon=True)
         self.pool = pool
         self.registration = registration
         self.peer_timeout_s = peer_timeout_s
         self.limits = limits
         self.stop = stop
+        self.registry = registry
+        self.sizing = sizing
+        self.max_hosts = max_hosts
+        self.clock = clock
+        self.weight_requests = PeerRateLimiter(weight_requests, max_peers=2 * max_hosts, clock=clock)
+        self.reject_log = RejectLog(LOG, what="control message", clock=clock)
+        self.host_lines = TokenBucket(HOST_LINES, now=clock())
+        self.host_lines_left_out = 0
         self.lock = threading.Lock()
         self.hosts: dict[bytes, RegisteredHost] = {}
         self.rejected: Counter = Counter()
         self.hosts_lost = 0
+        self.hosts_failed = 0
+        self.last_expiry = 0.0
         self.env_errors_seen: set[tuple[str, str, str]] = set()
         self._weights: tuple[int, dict[str, np.ndarray]] = (0, {})
         self._shutdown_reason: str | None = None
         self.socket = context.socket(zmq.ROUTER)
+        if curve is not None:
+            curve.apply(self.socket)
         self.socket.setsockopt(zmq.LINGER, 0)
         self.socket.setsockopt(zmq.MAXMSGSIZE, limits.max_message_bytes)
         self.socket.bind(endpoint)
@@ -78,12 +144,21 @@ class ControlServer(threading.Thread):
         with self.lock:
             return len(self.hosts)
 
+    def counts(self) -> ControlCounts:
+        """The hosts alive now and what was counted since the learner started (safe from any thread)."""
+        with self.lock:
+            return ControlCounts(actor_hosts=len(self.hosts), actor_hosts_lost=self.hosts_lost,
+                                 actor_hosts_failed=self.hosts_failed, rejected_by_reason=dict(self.rejected))
+
     def run(self) -> None:
         try:
             while not self.stop.is_set():
                 if self.socket.poll(POLL_MS):
                     self._serve(self.socket.recv_multipart(copy=False))
-                self._expire()
+                now = self.clock()
+                if now - self.last_expiry >= EXPIRE_EVERY_S:
+                    self._expire(now)
+                    self.last_expiry = now
         finally:
             self.socket.close(linger=0)
 
@@ -91,18 +166,18 @@ class ControlServer(threading.Thread):
         identity, payload = frames[0].bytes, frames[1:]
         try:
             message = decode(payload, self.limits)
-            reply = self._handle(identity, message)
+            reply = self._handle(identity, message, curve_key=curve_key_of(frames[0]))
         except ProtocolError as err:
             with self.lock:
                 self.rejected[err.reason] += 1
-            LOG.warning("rejected control message from %r: %s", identity, err)
+            self.reject_log.reject(err.reason, str(err), sender=identity)
             reply = Message(type=MessageType.ERROR, sender="learner",
                             fields={"reason": err.reason, "message": str(err)})
         if reply is not None:
             self.socket.send_multipart([identity, *encode(reply)], copy=False)
 
-    def _handle(self, identity: bytes, message: Message) -> Message | None:
-        now = time.monotonic()
+    def _handle(self, identity: bytes, message: Message, *, curve_key: str | None) -> Message | None:
+        now = self.clock()
         with self.lock:
             version, weights = self._weights
             shutdown = self._shutdown_reason
@@ -110,8 +185,7 @@ class ControlServer(threading.Thread):
             if known is not None:
                 known.last_seen = now
         if message.type is MessageType.BYE:
-            with self.lock:
-                self.hosts.pop(identity, None)
+            self._leave(identity, message.fields.get("reason"))
             return None
         if shutdown is not None:
             return Message(type=MessageType.SHUTDOWN, sender="learner", fields={"reason": shutdown})
@@ -121,23 +195,63 @@ class ControlServer(threading.Thread):
                                                        "(selfplay.enabled: false)")
             return self.pool.handle(message)
         if message.type is MessageType.REGISTER:
-            host = RegisteredHost(name=f"{message.fields['host']}", num_workers=message.fields["num_workers"],
-                                  last_seen=now)
-            with self.lock:
-                self.hosts[identity] = host
-            LOG.info("actor host %s registered with %d workers", host.name, host.num_workers)
+            self._check_rate(identity, message.type)
+            host = self._register(identity, message, curve_key=curve_key, now=now)
             return Message(type=MessageType.REGISTERED, sender="learner", version=version,
-                           fields=self.registration, arrays=weights)
+                           fields={**self.registration, "token": host.token}, arrays=weights)
         if known is None:
-            raise ProtocolError("not_registered", f"{message.type.value} before register")
+            raise ProtocolError("not_registered", f"{message.type.value} before register: an unregistered "
+                                                  "identity may only send register (or pool requests)")
         if message.type is MessageType.HEARTBEAT:
             self._log_env_error(known.name, message.fields.get("env_error"))
             return Message(type=MessageType.HEARTBEAT_ACK, sender="learner", version=version,
                            fields={"run_id": self.registration["run_id"]})
         if message.type is MessageType.GET_WEIGHTS:
+            self._check_rate(identity, message.type)
             return Message(type=MessageType.WEIGHTS, sender="learner", version=version,
                            fields={"names": list(weights)}, arrays=weights)
         raise ProtocolError("unexpected_type", f"control socket does not accept {message.type.value}")
+
+    def _check_rate(self, identity: bytes, type_: MessageType) -> None:
+        """Refuse a request answered with the weights when ``identity`` asks for them too often."""
+        if not self.weight_requests.allow(identity):
+            limit = self.weight_requests.limit
+            raise ProtocolError("rate_limited", f"{type_.value}: one identity may ask for the weights "
+                                                f"{limit.burst} times at once and {limit.per_second:g} times a "
+                                                "second after; ask again later")
+
+    def _register(self, identity: bytes, message: Message, *, curve_key: str | None, now: float) -> RegisteredHost:
+        """Record a host that registered and hand its registration a new token (an identity that registers again
+        loses its old one)."""
+        size = self.sizing.for_workers(message.fields["num_workers"])
+        host = RegisteredHost(name=printable(message.fields["host"], HOST_NAME_CHARS), num_workers=size.num_workers,
+                              token=new_token(), last_seen=now)
+        with self.lock:
+            previous = self.hosts.get(identity)
+            if previous is None and len(self.hosts) >= self.max_hosts:
+                raise ProtocolError("too_many_hosts", f"register: {len(self.hosts)} actor hosts are registered, "
+                                                      f"the most this learner takes (max_hosts {self.max_hosts})")
+            self.hosts[identity] = host
+        if previous is not None:
+            self.registry.remove(previous.token)
+        self.registry.add(Sender(name=host.name, token=host.token, curve_key=curve_key, num_envs=size.num_envs,
+                                 agent_slots=size.agent_slots))
+        LOG.info("actor host %s registered with %d workers", host.name, host.num_workers)
+        return host
+
+    def _leave(self, identity: bytes, reason: str | None) -> None:
+        """A host said BYE: a normal leave, or a failure when it names a ``reason`` (counted and logged)."""
+        with self.lock:
+            host = self.hosts.pop(identity, None)
+            if host is not None and reason is not None:
+                self.hosts_failed += 1
+        if host is None:
+            return
+        self.registry.remove(host.token)
+        if reason is None:
+            LOG.info("actor host %s left", host.name)
+        else:
+            self._host_line(f"actor host {host.name} left: {printable(reason, DETAIL_CHARS)}")
 
     def _log_env_error(self, host: str, report: Any) -> None:
         """Print an env error an actor host's worker reported (type, message, file:line), once per distinct one."""
@@ -150,14 +264,24 @@ class ControlServer(threading.Thread):
             self.env_errors_seen.clear()
         self.env_errors_seen.add(error)
         kind, text, where = error
-        LOG.warning("actor host %s: env error %s%s: %s", host, kind, f" at {where}" if where else "", text)
+        self._host_line(f"actor host {host}: env error {kind}{f' at {where}' if where else ''}: {text}")
 
-    def _expire(self) -> None:
-        deadline = time.monotonic() - self.peer_timeout_s
+    def _expire(self, now: float) -> None:
+        """Forget the hosts silent for peer_timeout_s (counted as lost); their rows are refused from now on."""
+        deadline = now - self.peer_timeout_s
         with self.lock:
-            gone = [k for k, h in self.hosts.items() if h.last_seen < deadline]
-            for key in gone:
-                LOG.warning("actor host %s silent for %.0f s: forgotten", self.hosts[key].name,
-                            self.peer_timeout_s)
-                del self.hosts[key]
-                self.hosts_lost += 1
+            silent = [identity for identity, host in self.hosts.items() if host.last_seen < deadline]
+            gone = [self.hosts.pop(identity) for identity in silent]
+            self.hosts_lost += len(gone)
+        for host in gone:
+            self.registry.remove(host.token)
+            self._host_line(f"actor host {host.name} silent for {self.peer_timeout_s:.0f} s: forgotten")
+
+    def _host_line(self, text: str) -> None:
+        """A warning about a host, unless HOST_LINES were already logged lately (those left out are counted and
+        the next line says how many)."""
+        if not self.host_lines.allow(self.clock()):
+            self.host_lines_left_out += 1
+            return
+        left_out, self.host_lines_left_out = self.host_lines_left_out, 0
+        LOG.warning("%s%s", text, f" ({left_out} lines about hosts left out before this one)" if left_out else "")

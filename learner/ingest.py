@@ -4,10 +4,17 @@ Two host-side batch buffers of ``segments`` rows each. The ingest thread fills o
 trains on the other; ownership passes as a buffer index through two queues (free -> filling -> ready ->
 training -> free). When both buffers are taken the thread stops reading, the socket's high-water mark
 fills, and actor hosts stop sending: back-pressure, never an unbounded queue.
+
+Every message is checked before anything in it is counted or kept: it must come from a registered host (its
+token in the ``SenderRegistry``, under the CURVE key that host registered with), carry at most
+rows_per_message rows, match the row table's specs, and hold only values a real host produces
+(``learner/row_checks.py``). A refused message is counted under exactly one reason and logged at most once per
+reason per 10 s (``protocol/reject_log.py``).
 """
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 from collections import Counter, deque
@@ -19,9 +26,14 @@ import zmq
 
 from envs.base import EnvSpec
 from learner.batch import BatchBuffers, row_layout
+from learner.control import curve_key_of
+from learner.row_checks import HostReport, RowRules, check_rows, read_report
+from learner.senders import Sender, SenderRegistry
+from protocol.curve import ServerCurve
 from protocol import Limits, Message, MessageType, ProtocolError, check_arrays, decode
-from protocol.rows import HOST_STATS
+from protocol.reject_log import RejectLog, peer_text
 
+LOG = logging.getLogger("sluice.learner")
 POLL_MS = 100
 
 
@@ -53,7 +65,8 @@ class IngestStats:
     rows_dropped: Counter = field(default_factory=Counter)
     """Rows dropped, by reason: stale (older than max_policy_lag) or future (newer than the learner's weights)."""
     messages_dropped: Counter = field(default_factory=Counter)
-    """Messages rejected, by protocol reason."""
+    """Messages rejected, by reason (each message under exactly one): the protocol's and row_checks' reasons,
+    not_registered, identity_mismatch, too_large."""
     bytes_received: int = 0
     """Bytes of accepted and rejected data messages."""
     lag_sum: int = 0
@@ -89,7 +102,9 @@ class IngestSnapshot:
     rows_dropped_future: int
     """Rows dropped as newer than the learner's weights, since this learner started."""
     messages_dropped: int
-    """Messages rejected, all protocol reasons together, since this learner started."""
+    """Messages rejected, all reasons together, since this learner started."""
+    messages_dropped_by_reason: dict[str, int]
+    """Messages rejected since this learner started, by reason (they add up to messages_dropped)."""
     policy_lag_mean: float
     """Mean policy lag of the rows accepted since the last take (0.0 when none were)."""
     policy_lag_max: int
@@ -103,11 +118,16 @@ class Ingest(threading.Thread):
 
     def __init__(self, *, context: zmq.Context, endpoint: str, segments: int, env: EnvSpec, horizon: int,
                  state_size: int, max_policy_lag: int, hwm: int, buffer_bytes: int, limits: Limits,
-                 stop: threading.Event) -> None:
+                 stop: threading.Event, registry: SenderRegistry, rows_per_message: int, max_abs_value: float,
+                 curve: ServerCurve | None = None) -> None:
         super().__init__(name="ingest", daemon=True)
         self.layout = row_layout(env, horizon=horizon, state_size=state_size)
         self.specs = self.layout.specs()
         self.stat_names = env.episode_stats
+        self.registry = registry
+        self.rules = RowRules(action=env.action, mask_size=env.mask_size, bptt_horizon=horizon - 1,
+                              rows_per_message=rows_per_message, max_abs_value=max_abs_value)
+        self.rejects = RejectLog(LOG, what="ROWS message")
         self.segments = segments
         self.max_policy_lag = max_policy_lag
         self.limits = limits
@@ -120,6 +140,8 @@ class Ingest(threading.Thread):
         for index in range(2):
             self.free.put(index)
         self.socket = context.socket(zmq.PULL)
+        if curve is not None:
+            curve.apply(self.socket)
         self.socket.setsockopt(zmq.RCVHWM, hwm)
         self.socket.setsockopt(zmq.RCVBUF, buffer_bytes)
         self.socket.setsockopt(zmq.LINGER, 0)
@@ -156,6 +178,7 @@ class Ingest(threading.Thread):
                 rows_dropped_stale=stats.rows_dropped["stale"],
                 rows_dropped_future=stats.rows_dropped["future"],
                 messages_dropped=sum(stats.messages_dropped.values()),
+                messages_dropped_by_reason=dict(stats.messages_dropped),
                 policy_lag_mean=stats.lag_sum / max(1, stats.lag_rows),
                 policy_lag_max=stats.lag_max,
                 host_timing=host_timing(stats.host_stats),
@@ -216,21 +239,16 @@ class Ingest(threading.Thread):
     def _accept(self, frames: list) -> dict[str, np.ndarray] | None:
         """Validate one message; returns its fresh rows, or None after counting why it was dropped."""
         nbytes = sum(len(f.buffer) for f in frames)
+        sender: object = None
         try:
             message = decode(frames, self.limits)
-            if message.type is not MessageType.ROWS:
-                raise ProtocolError("unexpected_type", f"data socket accepts rows, got {message.type.value}")
-            check_arrays(message, self.specs)
-            if message.fields["num_rows"] != len(message.arrays["versions"]):
-                raise ProtocolError("bad_field", f"num_rows {message.fields['num_rows']} but "
-                                                 f"{len(message.arrays['versions'])} rows sent")
-            returns, lengths = _episode_stats(message)
-            named = _named_stats(message, self.stat_names, len(returns))
-            host_stats = _host_stats(message)
+            sender = message.sender
+            report = self._check(message, frames)
         except ProtocolError as err:
             with self.stats.lock:
                 self.stats.messages_dropped[err.reason] += 1
                 self.stats.bytes_received += nbytes
+            self.rejects.reject(err.reason, err.message, sender=sender)
             return None
         lag = self.policy_version - message.arrays["versions"]
         future = lag < 0  # acted by weights this learner never had (a host still on a crashed run's policy)
@@ -238,15 +256,15 @@ class Ingest(threading.Thread):
         with self.stats.lock:
             stats = self.stats
             stats.bytes_received += nbytes
-            stats.env_steps += message.fields["env_steps"]
-            stats.agent_steps += message.fields["agent_steps"]
-            stats.env_restarts += message.fields.get("env_restarts", 0)
-            stats.host_stats.update(host_stats)
-            for name, values in named.items():
+            stats.env_steps += report.env_steps
+            stats.agent_steps += report.agent_steps
+            stats.env_restarts += report.env_restarts
+            stats.host_stats.update(report.host_stats)
+            for name, values in report.named_stats.items():
                 stats.recent_stats.setdefault(name, deque(maxlen=100)).extend(values)
-            stats.episodes += len(returns)
-            stats.recent_returns.extend(returns)
-            stats.recent_lengths.extend(lengths)
+            stats.episodes += len(report.returns)
+            stats.recent_returns.extend(report.returns)
+            stats.recent_lengths.extend(report.lengths)
             stats.rows_dropped["stale"] += int((~fresh & ~future).sum())
             stats.rows_dropped["future"] += int(future.sum())
             stats.rows_received += int(fresh.sum())
@@ -260,41 +278,34 @@ class Ingest(threading.Thread):
             return dict(message.arrays)
         return {name: array[fresh] for name, array in message.arrays.items()}
 
+    def _check(self, message: Message, frames: list) -> HostReport:
+        """What a decoded message reports, once it proved to be ROWS from a registered host with valid content;
+        ProtocolError naming the first thing wrong otherwise (cheap checks first)."""
+        if message.type is not MessageType.ROWS:
+            raise ProtocolError("unexpected_type", f"data socket accepts rows, got {message.type.value}")
+        sender = self._sender(message, frames)
+        num_rows = message.fields["num_rows"]
+        if num_rows > self.rules.rows_per_message:
+            raise ProtocolError("too_large", f"num_rows {num_rows} is more than network.rows_per_message "
+                                             f"({self.rules.rows_per_message})")
+        if num_rows < 1:
+            raise ProtocolError("bad_field", f"num_rows must be 1..{self.rules.rows_per_message}, got {num_rows}")
+        check_arrays(message, self.specs)
+        if num_rows != len(message.arrays["versions"]):
+            raise ProtocolError("bad_field", f"num_rows {num_rows} but {len(message.arrays['versions'])} rows sent")
+        check_rows(message.arrays, self.rules)
+        return read_report(message, sender=sender, rules=self.rules, stat_names=self.stat_names)
 
-def _episode_stats(message: Message) -> tuple[list[float], list[int]]:
-    returns, lengths = message.fields["episode_returns"], message.fields["episode_lengths"]
-    if len(returns) != len(lengths):
-        raise ProtocolError("bad_field", f"{len(returns)} episode returns but {len(lengths)} lengths")
-    if not all(isinstance(r, (int, float)) and not isinstance(r, bool) and np.isfinite(r) for r in returns):
-        raise ProtocolError("bad_field", "episode_returns must be finite numbers")
-    if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in lengths):
-        raise ProtocolError("bad_field", "episode_lengths must be non-negative integers")
-    return [float(r) for r in returns], list(lengths)
-
-
-def _named_stats(message: Message, names: tuple[str, ...], episodes: int) -> dict[str, list[float]]:
-    """The env's named episode statistics of a ROWS message: one finite number per episode for each name."""
-    stats = message.fields.get("episode_stats", {})
-    if set(stats) != set(names):
-        raise ProtocolError("bad_field", f"episode_stats has {sorted(stats)}, the env declares {sorted(names)}")
-    for name, values in stats.items():
-        if not isinstance(values, list) or len(values) != episodes:
-            raise ProtocolError("bad_field", f"episode_stats[{name!r}] must list one value per episode ({episodes})")
-        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v) for v in values):
-            raise ProtocolError("bad_field", f"episode_stats[{name!r}] must be finite numbers")
-    return {name: [float(v) for v in values] for name, values in stats.items()}
-
-
-def _host_stats(message: Message) -> dict[str, float]:
-    """The optional ``host_stats`` map of a ROWS message: known keys only, finite numbers >= 0."""
-    stats = message.fields.get("host_stats", {})
-    unknown = sorted(set(stats) - set(HOST_STATS))
-    if unknown:
-        raise ProtocolError("bad_field", f"host_stats has unknown keys {unknown}; allowed: {list(HOST_STATS)}")
-    for name, value in stats.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value) or value < 0:
-            raise ProtocolError("bad_field", f"host_stats[{name!r}] must be a finite number >= 0, got {value!r:.40}")
-    return {name: float(value) for name, value in stats.items()}
+    def _sender(self, message: Message, frames: list) -> Sender:
+        """The registered host whose token the message carries, arriving under the CURVE key it registered with."""
+        sender = self.registry.get(message.fields.get("token"))
+        if sender is None:
+            raise ProtocolError("not_registered", "the message carries no token of a registered actor host (a "
+                                                  "host gets one when it registers, and loses it with BYE or silence)")
+        if sender.curve_key is not None and curve_key_of(frames[0]) != sender.curve_key:
+            raise ProtocolError("identity_mismatch", f"ROWS with the token of host {peer_text(sender.name)} arrived "
+                                                     f"under another CURVE key than its registration")
+        return sender
 
 
 def host_timing(stats: dict[str, float]) -> dict[str, float | None]:

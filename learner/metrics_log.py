@@ -1,11 +1,21 @@
-"""metrics.jsonl (one JSON object per update) and the console progress line."""
+"""metrics.jsonl (one JSON object per update) and the console progress line.
+
+A resumed run continues from its last checkpoint, so the records a crashed run wrote after that checkpoint are
+written again: opening the log drops every record newer than the update it resumes from (and a torn last line),
+rewriting the file atomically (temp file, fsync, rename), so each update appears once.
+"""
 
 from __future__ import annotations
 
 import json
+import logging
 import math
+import os
+import tempfile
 from pathlib import Path
 from typing import Any
+
+LOG = logging.getLogger("sluice.learner")
 
 
 def _clean(value: Any) -> Any:
@@ -14,11 +24,47 @@ def _clean(value: Any) -> Any:
     return value
 
 
+def drop_records_after(path: Path, update: int) -> int:
+    """Keep only the records of updates <= ``update`` in the metrics file at ``path`` (atomically); returns how
+    many lines were dropped (newer records, and lines that are not a whole record, e.g. torn by a crash)."""
+    if not path.exists():
+        return 0
+    lines = path.read_text().splitlines(keepends=True)
+    kept = [line for line in lines if (number := _update_of(line)) is not None and number <= update]
+    if len(kept) == len(lines):
+        return 0
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as file:
+            file.writelines(line if line.endswith("\n") else line + "\n" for line in kept)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return len(lines) - len(kept)
+
+
+def _update_of(line: str) -> int | None:
+    """The ``update`` of one metrics.jsonl line, None if it is not a whole record."""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None
+    update = record.get("update") if isinstance(record, dict) else None
+    return update if isinstance(update, int) and not isinstance(update, bool) else None
+
+
 class MetricsLog:
     """Appends one JSON line per update and prints a short progress line."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, resumed_at_update: int = 0) -> None:
         self.path = path
+        dropped = drop_records_after(path, resumed_at_update)
+        if dropped:
+            LOG.info("%s: dropped %d records newer than update %d (they are written again)", path, dropped,
+                     resumed_at_update)
         self.file = path.open("a", buffering=1)
 
     def write(self, record: dict[str, Any]) -> None:
@@ -29,11 +75,13 @@ class MetricsLog:
         if record.get("win_rate") is not None:  # self-play: against the pool, over the last 100 episodes
             ret_text += (f" | win/draw/loss {record['win_rate']:.2f}/{record['draw_rate']:.2f}/"
                          f"{record['loss_rate']:.2f} pool {record['pool_snapshots']}")
+        lost, failed = record.get("actor_hosts_lost", 0), record.get("actor_hosts_failed", 0)
+        hosts_text = f" | hosts lost {lost} failed {failed}" if lost or failed else ""
         print(f"update {record['update']:5d} | agent steps {record['agent_steps']:>11,} | sps {record['sps']:8,.0f} | "
               f"return {ret_text} | lag {record['policy_lag_mean']:.2f} | "
               f"pg {record['policy_loss']:+.3f} v {record['value_loss']:.3f} ent {record['entropy']:.3f} "
               f"kl {record['approx_kl']:.4f} clip {record['clipfrac']:.3f} "
-              f"ev {_clean(record['explained_variance']) or 0.0:+.2f}", flush=True)
+              f"ev {_clean(record['explained_variance']) or 0.0:+.2f}{hosts_text}", flush=True)
 
     def close(self) -> None:
         """Flush and close."""

@@ -1,5 +1,6 @@
 """One metrics.jsonl record per update: the run's counters, what the ingest counted, the algorithm's metrics,
-and the learner's own figures (throughput, hosts, self-play, update time). Key order is the file's."""
+and the learner's own figures (throughput, hosts and what the control server refused, self-play, update
+time). Key order is the file's."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from learner.checkpoint import TrainerState
+from learner.control import ControlCounts
 from learner.ingest import IngestSnapshot
 
 
@@ -49,8 +51,10 @@ def outcome_rates(returns: Sequence[float]) -> dict[str, float | None]:
 
 
 def metrics_record(*, state: TrainerState, sps: float, ingest: IngestSnapshot, update_metrics: dict[str, float],
-                   actor_hosts: int, selfplay: dict[str, Any], update_s: float) -> dict[str, Any]:
-    """The record of the update ``state`` has just counted (``selfplay`` is empty without an opponent pool)."""
+                   hosts: ControlCounts, selfplay: dict[str, Any], update_s: float,
+                   clients_refused: int = 0) -> dict[str, Any]:
+    """The record of the update ``state`` has just counted (``selfplay`` is empty without an opponent pool;
+    ``clients_refused``: CURVE connection attempts refused since the start, 0 without CURVE)."""
     returns, lengths = ingest.recent_returns, ingest.recent_lengths
     return {
         "update": state.update,
@@ -69,8 +73,13 @@ def metrics_record(*, state: TrainerState, sps: float, ingest: IngestSnapshot, u
         "rows_dropped_stale": ingest.rows_dropped_stale,
         "rows_dropped_future": ingest.rows_dropped_future,
         "messages_dropped": ingest.messages_dropped,
+        "messages_dropped_by_reason": dict(ingest.messages_dropped_by_reason),
         "env_restarts": ingest.env_restarts,
-        "actor_hosts": actor_hosts,
+        "actor_hosts": hosts.actor_hosts,
+        "actor_hosts_lost": hosts.actor_hosts_lost,
+        "actor_hosts_failed": hosts.actor_hosts_failed,
+        "control_rejected_by_reason": dict(hosts.rejected_by_reason),
+        "clients_refused": clients_refused,
         **ingest.host_timing,
         **selfplay,
         "update_s": update_s,

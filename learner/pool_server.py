@@ -7,7 +7,9 @@ standalone on its own ROUTER socket for a pool served apart from the learner:
 
 (then ``python -m actors --pool tcp://HOST:5560``). GET_OPPONENTS {num_envs} draws one snapshot per env
 with ``sample_opponents`` (all envs share one draw when ``per_env_opponent_sampling`` is false) and answers
-OPPONENTS {alternation, digests, indices, num_snapshots}. GET_SNAPSHOT {digest} answers SNAPSHOT with the
+OPPONENTS compactly, O(distinct snapshots + num_envs) bytes: ``digests`` and ``indices`` name each distinct
+snapshot drawn once (its sha256 and pool index), and the uint16 array ``env_opponent`` gives each env the
+position of its opponent in ``digests`` (plus ``alternation`` and ``num_snapshots``). GET_SNAPSHOT {digest} answers SNAPSHOT with the
 snapshot's verified safetensors bytes as the uint8 array ``file``, so the host can check them against the
 digest before parsing them. Nothing is unpickled anywhere.
 """
@@ -26,9 +28,18 @@ import zmq
 from configs.schema import SelfPlaySection
 from learner.pool import SnapshotStore, SnapshotStoreError, sample_opponents
 from protocol import Limits, Message, MessageType, ProtocolError, decode, encode
+from protocol.bind_rule import InsecureEndpointError, server_curve_for
+from protocol.curve import CurveKeyError, ServerCurve, ZapGuard
+from protocol.endpoints import parse_endpoint
 
 POOL_REQUESTS = (MessageType.GET_OPPONENTS, MessageType.GET_SNAPSHOT)
-MAX_ENVS_PER_REQUEST = 1 << 20
+MAX_ENVS_PER_REQUEST = 8192
+"""Envs one GET_OPPONENTS may ask for: one host's envs. A host's plan needs batch_size / bptt_horizon >= its envs x
+agents, so 8192 two-player envs already take batches of 16384+ rows (configs/selfplay_connect4.yaml runs 256 envs
+per host). The largest reply (8192 distinct snapshots, ~71 header bytes each, plus 2 bytes per env) is ~0.6 MB,
+under the protocol's 1 MiB header limit (``Limits.max_header_bytes``), so ``PoolClient`` decodes any reply."""
+ENV_OPPONENT_DTYPE = np.uint16
+"""Dtype of the reply's per-env positions in ``digests`` (at most MAX_ENVS_PER_REQUEST distinct snapshots)."""
 
 
 class PoolService:
@@ -70,7 +81,7 @@ class PoolService:
         section = self.section
         with self.lock:
             if self.reload_index:
-                self.store = SnapshotStore(self.store.root)
+                self.store.reload()
             count = len(self.store)
             if count == 0:
                 raise ProtocolError("not_ready", "the opponent pool has no snapshot yet")
@@ -78,14 +89,15 @@ class PoolService:
             indices = sample_opponents(count, draws, pool_size=section.opponent_pool_size,
                                        beta=section.opponent_pool_beta,
                                        exploration=section.opponent_pool_exploration, rng=self.rng)
-            indices = np.resize(indices, num_envs)
-            digests = [self.store.snapshot(int(i)).hash for i in indices]
+            drawn, env_opponent = np.unique(np.resize(indices, num_envs), return_inverse=True)
+            digests = [self.store.snapshot(int(i)).hash for i in drawn]
             self.alternations += 1
             self._unique.append(len(set(digests)))
             alternation = self.alternations
         return Message(type=MessageType.OPPONENTS, sender="pool",
                        fields={"alternation": alternation, "digests": digests,
-                               "indices": [int(i) for i in indices], "num_snapshots": count})
+                               "indices": [int(i) for i in drawn], "num_snapshots": count},
+                       arrays={"env_opponent": env_opponent.astype(ENV_OPPONENT_DTYPE)})
 
     def _snapshot(self, digest: str) -> Message:
         try:
@@ -99,15 +111,23 @@ class PoolService:
                        arrays={"file": np.frombuffer(data, dtype=np.uint8)})
 
 
-def serve(service: PoolService, endpoint: str, stop: threading.Event, limits: Limits | None = None) -> None:
-    """Standalone: answer pool requests on a ROUTER bound at ``endpoint`` until ``stop`` is set."""
+def serve(service: PoolService, endpoint: str, stop: threading.Event, limits: Limits | None = None,
+          curve: ServerCurve | None = None) -> None:
+    """Standalone: answer pool requests on a ROUTER bound at ``endpoint`` until ``stop`` is set (CURVE with
+    ``curve``: only allow-listed clients get an answer)."""
     limits = limits or Limits()
-    context = zmq.Context.instance()
+    context = zmq.Context()
+    zap = None if curve is None else ZapGuard(context, curve)
     socket = context.socket(zmq.ROUTER)
-    socket.setsockopt(zmq.LINGER, 0)
-    socket.setsockopt(zmq.MAXMSGSIZE, limits.max_message_bytes)
-    socket.bind(endpoint)
     try:
+        if curve is not None:
+            curve.apply(socket)
+        if zap is not None:
+            zap.watch(socket, "pool")
+            zap.start_watching()
+        socket.setsockopt(zmq.LINGER, 0)
+        socket.setsockopt(zmq.MAXMSGSIZE, limits.max_message_bytes)
+        socket.bind(endpoint)
         while not stop.is_set():
             if not socket.poll(100):
                 continue
@@ -123,6 +143,9 @@ def serve(service: PoolService, endpoint: str, stop: threading.Event, limits: Li
             socket.send_multipart([identity, *encode(reply)], copy=False)
     finally:
         socket.close(linger=0)
+        if zap is not None:
+            zap.stop()
+        context.term()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -132,7 +155,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-dir", required=True, help="the run whose pool/ to serve")
     parser.add_argument("--bind", default="tcp://127.0.0.1:5560", help="ROUTER address (default %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the opponent draws")
+    parser.add_argument("--curve-secret-key", default="", metavar="FILE",
+                        help="CURVE: the server.key_secret (the learner's pair serves here too)")
+    parser.add_argument("--curve-allowed-clients", default="", metavar="DIR",
+                        help="CURVE: directory of allowed actor hosts' public .key files")
+    parser.add_argument("--insecure", action="store_true",
+                        help="allow binding beyond loopback without CURVE (no encryption, no authentication)")
     args = parser.parse_args(argv)
+    try:
+        curve = server_curve_for(parse_endpoint(args.bind, "--bind"), secret_key=args.curve_secret_key,
+                                 allowed_clients=args.curve_allowed_clients, insecure=args.insecure,
+                                 who="the pool server", key_options="--curve-secret-key FILE --curve-allowed-clients DIR")
+    except (ValueError, CurveKeyError, InsecureEndpointError) as err:
+        print(f"python -m learner.pool_server: error: {err}", file=sys.stderr)
+        return 2
     from configs.loader import ConfigError, load_config
     run_dir = Path(args.run_dir)
     try:
@@ -149,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     print(f"pool server: {len(service.store)} snapshots of {run_dir}, serving on {args.bind}", flush=True)
-    serve(service, args.bind, stop)
+    serve(service, args.bind, stop, curve=curve)
     return 0
 
 

@@ -29,10 +29,12 @@ from learner.addresses import AddressError, binding, learner_addresses
 from learner.algorithm import Algorithm
 from learner.batch import to_batch
 from learner.checkpoint import Checkpoint, TrainerState, list_checkpoints, load_checkpoint, save_checkpoint
-from learner.control import ControlServer
+from learner.control import ControlCounts, ControlServer
+from learner.host_sizing import HostSizing
 from learner.ingest import Ingest, IngestSnapshot
 from learner.pool import SnapshotStore
 from learner.pool_server import PoolService
+from learner.senders import SenderRegistry
 from learner.metrics_log import MetricsLog
 from learner.metrics_record import Lap, RunClock, metrics_record, outcome_rates
 from learner.ppo_algorithm import PPO
@@ -40,6 +42,7 @@ from learner.stop_rules import check_stop_rules
 from learner.weights import WeightsPublisher
 from policies.factory import state_arrays
 from protocol import Limits
+from protocol.curve import ServerCurve, ZapGuard
 
 LOG = logging.getLogger("sluice.learner")
 SHUTDOWN_GRACE_HEARTBEATS = 3
@@ -57,8 +60,11 @@ def resolve_device(name: str) -> torch.device:
 class Learner:
     """Owns every learner component for one run."""
 
-    def __init__(self, config: RunConfig, run_dir: Path, *, resume: bool) -> None:
+    def __init__(self, config: RunConfig, run_dir: Path, *, resume: bool, curve: ServerCurve | None = None) -> None:
         self.config = config
+        self.curve = curve
+        """CURVE on every socket (None: plaintext, on loopback or with --insecure; see learner_curve)."""
+        self.zap: ZapGuard | None = None
         self.run_dir = run_dir
         self.addresses = learner_addresses(config.network)
         torch.set_num_threads(config.run.torch_threads)
@@ -102,22 +108,30 @@ class Learner:
         self.pool = self._open_pool()
         context = zmq.Context()
         threads_stop = threading.Event()
+        self.zap = None if self.curve is None else ZapGuard(context, self.curve)
         try:
             control, ingest, publisher = self._bind(context, threads_stop)
         except AddressError:
+            if self.zap is not None:
+                self.zap.stop()
             context.destroy(linger=0)
             raise
-        self.metrics = MetricsLog(self.run_dir / "metrics.jsonl")
+        self.metrics = MetricsLog(self.run_dir / "metrics.jsonl", resumed_at_update=self.state.update)
         policy = self.algorithm.policy
         ingest.policy_version = self.state.policy_version
         ingest.resume_totals(env_steps=self.state.env_steps, agent_steps=self.state.agent_steps,
                              episodes=self.state.episodes, recent_returns=self.state.recent_returns)
         control.set_weights(self.state.policy_version, state_arrays(policy))
+        if self.zap is not None:
+            for name, sock in (("control", control.socket), ("data", ingest.socket), ("weights", publisher.socket)):
+                self.zap.watch(sock, name)
+            self.zap.start_watching()
         control.start()
         ingest.start()
         addresses = self.addresses
         print(f"learner: {socket.gethostname()} listening on {addresses.control.url} "
-              f"(data {addresses.data.url}, weights {addresses.weights.url}); run dir {self.run_dir}", flush=True)
+              f"(data {addresses.data.url}, weights {addresses.weights.url}, "
+              f"{'CURVE' if self.curve is not None else 'plaintext'}); run dir {self.run_dir}", flush=True)
         try:
             self._train(control, ingest, publisher)
         finally:
@@ -127,6 +141,8 @@ class Learner:
             control.join(timeout=5)
             ingest.join(timeout=5)
             publisher.close()
+            if self.zap is not None:
+                self.zap.stop()
             context.term()
             self.metrics.close()
         return 0
@@ -142,18 +158,23 @@ class Learner:
             "weights_endpoint": addresses.weights.url,
             "run_id": uuid.uuid4().hex,
         }
+        registry = SenderRegistry()  # the control server adds and removes senders; the ingest checks rows against it
         with binding(addresses.control):
             control = ControlServer(context=context, endpoint=addresses.control.url, registration=registration,
                                     peer_timeout_s=net.peer_timeout_s, limits=limits, stop=threads_stop,
-                                    pool=self.pool)
+                                    registry=registry, sizing=HostSizing(trainer=self.config.trainer,
+                                                                         num_agents=self.config.env.num_agents),
+                                    pool=self.pool, curve=self.curve)
         with binding(addresses.data):
             ingest = Ingest(context=context, endpoint=addresses.data.url, segments=self.plan.segments,
                             env=self.spec, horizon=self.config.trainer.bptt_horizon + 1,
                             state_size=self.algorithm.policy.state_size,
                             max_policy_lag=self.config.trainer.max_policy_lag, hwm=net.send_queue_messages,
-                            buffer_bytes=net.socket_buffer_bytes, limits=limits, stop=threads_stop)
+                            buffer_bytes=net.socket_buffer_bytes, limits=limits, stop=threads_stop,
+                            registry=registry, rows_per_message=net.rows_per_message,
+                            max_abs_value=net.max_abs_value, curve=self.curve)
         with binding(addresses.weights):
-            publisher = WeightsPublisher(context=context, endpoint=addresses.weights.url)
+            publisher = WeightsPublisher(context=context, endpoint=addresses.weights.url, curve=self.curve)
         return control, ingest, publisher
 
     def _open_pool(self) -> PoolService | None:
@@ -185,7 +206,7 @@ class Learner:
             counted = ingest.take_snapshot()
             lap = clock.lap(counted.agent_steps)
             self._update_counters(counted, lap)
-            self._write_metrics(counted, update_metrics, lap, actor_hosts=control.host_count(), update_s=update_s)
+            self._write_metrics(counted, update_metrics, lap, hosts=control.counts(), update_s=update_s)
             self._checkpoint_on_interval()
             self._apply_stop_rules()
 
@@ -236,12 +257,13 @@ class Learner:
         self.state.elapsed_s = lap.elapsed_s
 
     def _write_metrics(self, counted: IngestSnapshot, update_metrics: dict[str, float], lap: Lap, *,
-                       actor_hosts: int, update_s: float) -> None:
+                       hosts: ControlCounts, update_s: float) -> None:
         """One metrics.jsonl record and console line for the update just done."""
         selfplay = {} if self.pool is None else {**self.pool.take_stats(), **outcome_rates(counted.recent_returns)}
         self.metrics.write(metrics_record(state=self.state, sps=lap.steps_per_s, ingest=counted,
-                                          update_metrics=update_metrics, actor_hosts=actor_hosts,
-                                          selfplay=selfplay, update_s=update_s))
+                                          update_metrics=update_metrics, hosts=hosts,
+                                          selfplay=selfplay, update_s=update_s,
+                                          clients_refused=0 if self.zap is None else self.zap.refused()))
 
     def _checkpoint_on_interval(self) -> None:
         if self.state.update % self.config.run.checkpoint_interval == 0:

@@ -6,13 +6,16 @@ import numpy as np
 import zmq
 
 from protocol import Message, MessageType, encode
+from protocol.curve import ServerCurve
 
 
 class WeightsPublisher:
     """PUB bound at ``endpoint``; used only by the update loop (the main thread)."""
 
-    def __init__(self, *, context: zmq.Context, endpoint: str) -> None:
+    def __init__(self, *, context: zmq.Context, endpoint: str, curve: ServerCurve | None = None) -> None:
         self.socket = context.socket(zmq.PUB)
+        if curve is not None:
+            curve.apply(self.socket)
         self.socket.setsockopt(zmq.SNDHWM, 4)
         self.socket.setsockopt(zmq.LINGER, 0)
         self.socket.bind(endpoint)

@@ -45,19 +45,33 @@ class RowField:
     this value cast to the dtype (0xA5, or -1 for fields where nothing valid is negative)."""
     finite: bool
     """Receivers reject NaN and inf in this field."""
+    bounded: bool
+    """Receivers reject values of this field, when its dtype is float, that are NaN, inf or larger in magnitude
+    than network.max_abs_value (an absurd value would make every gradient step of an update non-finite)."""
+    flag: bool
+    """Receivers reject values other than 0 and 1 in this field."""
 
 
 ROW_FIELDS: tuple[RowField, ...] = (
-    RowField(name="obs", per_step=True, shape=("obs_shape",), dtype="obs_dtype", poison=0xA5, finite=False),
-    RowField(name="actions", per_step=True, shape=("action_shape",), dtype="action_dtype", poison=-1, finite=True),
-    RowField(name="action_masks", per_step=True, shape=("mask_size",), dtype="uint8", poison=0xA5, finite=False),
-    RowField(name="logprobs", per_step=True, shape=(), dtype="float32", poison=NAN, finite=True),
-    RowField(name="values", per_step=True, shape=(), dtype="float32", poison=NAN, finite=True),
-    RowField(name="rewards", per_step=True, shape=(), dtype="float32", poison=NAN, finite=True),
-    RowField(name="dones", per_step=True, shape=(), dtype="uint8", poison=0xFF, finite=False),
-    RowField(name="bootstrap", per_step=True, shape=(), dtype="float32", poison=NAN, finite=True),
-    RowField(name="versions", per_step=False, shape=(), dtype="int64", poison=-1, finite=False),
-    RowField(name="states", per_step=False, shape=("state_size",), dtype="float32", poison=NAN, finite=False),
+    RowField(name="obs", per_step=True, shape=("obs_shape",), dtype="obs_dtype", poison=0xA5,
+             finite=False, bounded=True, flag=False),
+    RowField(name="actions", per_step=True, shape=("action_shape",), dtype="action_dtype", poison=-1,
+             finite=True, bounded=True, flag=False),
+    RowField(name="action_masks", per_step=True, shape=("mask_size",), dtype="uint8", poison=0xA5,
+             finite=False, bounded=False, flag=True),
+    RowField(name="logprobs", per_step=True, shape=(), dtype="float32", poison=NAN,
+             finite=True, bounded=True, flag=False),
+    RowField(name="values", per_step=True, shape=(), dtype="float32", poison=NAN,
+             finite=True, bounded=True, flag=False),
+    RowField(name="rewards", per_step=True, shape=(), dtype="float32", poison=NAN,
+             finite=True, bounded=True, flag=False),
+    RowField(name="dones", per_step=True, shape=(), dtype="uint8", poison=0xFF, finite=False, bounded=False, flag=True),
+    RowField(name="bootstrap", per_step=True, shape=(), dtype="float32", poison=NAN,
+             finite=True, bounded=True, flag=False),
+    RowField(name="versions", per_step=False, shape=(), dtype="int64", poison=-1,
+             finite=False, bounded=False, flag=False),
+    RowField(name="states", per_step=False, shape=("state_size",), dtype="float32", poison=NAN,
+             finite=False, bounded=True, flag=False),
 )
 """Every array of a row, in ROWS message order. Adding a field here adds it to the assembler's buffers, the
 ROWS message and its validation, and the learner's host buffers; its producer (the actor's ``add`` call) and
@@ -87,6 +101,8 @@ class RowLayout:
     """One action's shape (() for a single discrete choice)."""
     action_dtype: str = "int32"
     """The actions' dtype: int32 for the discrete kinds, float32 for box."""
+    action_nvec: tuple[int, ...] = ()
+    """Choices per component of a discrete kind's action (() for box, or where the range is not needed)."""
     mask_size: int = 0
     """Width of an action mask (0: the env has no masks)."""
     state_size: int = 0
@@ -95,6 +111,7 @@ class RowLayout:
     def __post_init__(self) -> None:
         object.__setattr__(self, "obs_shape", tuple(int(d) for d in self.obs_shape))
         object.__setattr__(self, "action_shape", tuple(int(d) for d in self.action_shape))
+        object.__setattr__(self, "action_nvec", tuple(int(n) for n in self.action_nvec))
         object.__setattr__(self, "obs_dtype", np.dtype(self.obs_dtype).name)
         object.__setattr__(self, "action_dtype", np.dtype(self.action_dtype).name)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 
 from envs.base import StepBuffers
 from envs.cartpole import CartPoleVec
@@ -50,3 +51,23 @@ class BrokenConstructor(CartPoleVec):
         track = {"width": 4.8}
         super().__init__(num_envs, max_steps=max_steps)
         self.track_height = track["height"]
+
+
+class DiesInStep(CartPoleVec):
+    """CartPole whose process ends in its ``die_on``-th step call: ``os._exit(3)``, or killed by ``kill_with`` (a
+    signal name such as 'SIGKILL'); a crash no exception reports. Never build it in a test's own process."""
+
+    def __init__(self, num_envs: int, *, max_steps: int, die_on: int = 1, kill_with: str = "") -> None:
+        super().__init__(num_envs, max_steps=max_steps)
+        self.die_on = die_on
+        self.kill_with = kill_with
+        self.calls = 0
+
+    def step(self, buffers: StepBuffers) -> None:
+        """Step, except the ``die_on``-th call, which ends the process."""
+        self.calls += 1
+        if self.calls == self.die_on:
+            if self.kill_with:
+                os.kill(os.getpid(), signal.Signals[self.kill_with])
+            os._exit(3)
+        super().step(buffers)

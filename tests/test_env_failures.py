@@ -13,8 +13,11 @@ import zmq
 
 from actors.env_failures import EnvErrorReport
 from actors.worker import _call
+from configs.schema import TrainerSection
 from envs.errors import EnvConfigError, EnvRaised
 from learner.control import ControlServer
+from learner.host_sizing import HostSizing
+from learner.senders import SenderRegistry
 from protocol import Limits, Message, MessageType, decode, encode
 
 
@@ -64,7 +67,8 @@ def test_the_learner_prints_each_distinct_env_error_once(caplog) -> None:
     context = zmq.Context()
     stop = threading.Event()
     server = ControlServer(context=context, endpoint="tcp://127.0.0.1:*", registration=REGISTRATION,
-                           peer_timeout_s=60, limits=Limits(), stop=stop)
+                           peer_timeout_s=60, limits=Limits(), stop=stop, registry=SenderRegistry(),
+                           sizing=HostSizing(trainer=TrainerSection(), num_agents=1))
     address = server.socket.getsockopt(zmq.LAST_ENDPOINT).decode()
     first = {"type": "RuntimeError", "message": "env 'mine' raised in step(): boom", "where": "/src/env.py:12"}
     second = {**first, "where": "/src/env.py:40"}

@@ -1,10 +1,12 @@
 """The learner's ingest thread over a real PUSH/PULL pair: stale rows are dropped and counted, lag stats
-are kept, and the batch holds exactly the fresh rows."""
+are kept, the batch holds exactly the fresh rows, and rows from anyone but a registered host are refused."""
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import re
+import shutil
 import threading
 
 import numpy as np
@@ -14,16 +16,22 @@ import zmq
 from envs.base import EnvSpec
 from envs.spaces import ActionSpace
 from learner.batch import row_layout
-from learner.ingest import Ingest, _host_stats, host_timing
+from learner.ingest import Ingest, host_timing
+from learner import row_checks
+from learner.senders import Sender, SenderRegistry
 from protocol import Limits, Message, MessageType, ProtocolError, decode, encode
-from tests.processes import free_port_triple
+from protocol.curve import ZapGuard, load_client_curve, load_server_curve
+from protocol.keys import main as keys_main
+from tests.processes import free_port_triple, wait_for
 
-HORIZON, OBS, SEGMENTS = 5, 3, 6
+HORIZON, OBS, SEGMENTS, ROWS_PER_MESSAGE = 5, 3, 6, 8
 SPEC = EnvSpec(num_agents=1, obs_shape=(OBS,), obs_dtype="float32", action=ActionSpace.discrete(2))
 LAYOUT = row_layout(SPEC, horizon=HORIZON, state_size=0)
+TOKEN = "a" * 32
+SENDER = Sender(name="test", token=TOKEN, curve_key=None, num_envs=4, agent_slots=4)
 
 
-def rows_message(versions: list[int], marker: float) -> Message:
+def rows_message(versions: list[int], marker: float, token: str | None = TOKEN) -> Message:
     n = len(versions)
     arrays = {name: np.zeros_like(array) for name, array in LAYOUT.allocate(n).items()}
     arrays["obs"][:] = marker
@@ -31,7 +39,7 @@ def rows_message(versions: list[int], marker: float) -> Message:
     arrays["versions"][:] = versions
     return Message(type=MessageType.ROWS, sender="test", version=max(versions),
                    fields={"num_rows": n, "episode_returns": [1.0], "episode_lengths": [3], "env_steps": n,
-                           "agent_steps": n},
+                           "agent_steps": n, **({} if token is None else {"token": token})},
                    arrays=arrays)
 
 
@@ -41,9 +49,11 @@ def ingest_and_push(*, start: bool):
     context = zmq.Context()
     stop = threading.Event()
     port = free_port_triple()
+    registry = SenderRegistry()
+    registry.add(SENDER)
     thread = Ingest(context=context, endpoint=f"tcp://127.0.0.1:{port}", segments=SEGMENTS, env=SPEC,
                     horizon=HORIZON, state_size=0, max_policy_lag=2, hwm=4, buffer_bytes=65536, limits=Limits(),
-                    stop=stop)
+                    stop=stop, registry=registry, rows_per_message=ROWS_PER_MESSAGE, max_abs_value=1e6)
     thread.policy_version = 10
     if start:
         thread.start()
@@ -143,7 +153,7 @@ def test_bad_host_stats_reject_the_message_and_are_counted(ingest, host_stats, m
     thread, push = ingest
     bad = with_host_stats(rows_message([10, 10], marker=1.0), host_stats)
     with pytest.raises(ProtocolError, match=re.escape(message)):
-        _host_stats(decode(encode(bad)))
+        row_checks.host_stats(decode(encode(bad)))
     push.send_multipart(encode(bad))
     push.send_multipart(encode(rows_message([10] * SEGMENTS, marker=5.0)))
     index = thread.ready.get(timeout=10)
@@ -197,6 +207,7 @@ def test_a_snapshot_hands_over_the_counters_and_restarts_the_since_last_take_fig
     assert snapshot.policy_lag_mean == 0.5 and snapshot.policy_lag_max == 2
     assert snapshot.host_timing["inference_batch_agents_mean"] == 25.0
     assert snapshot.messages_dropped == 0 and snapshot.env_restarts == 0 and snapshot.episode_stat_means == {}
+    assert snapshot.messages_dropped_by_reason == {}
     again = thread.take_snapshot()
     assert (again.env_steps, again.episodes, again.recent_returns, again.rows_dropped_stale) == (8, 2, (1.0, 1.0), 2)
     assert again.policy_lag_mean == 0.0 and again.policy_lag_max == 0
@@ -214,3 +225,100 @@ def test_resume_totals_continue_a_checkpoints_counts_and_only_before_start(unsta
     assert snapshot.recent_returns == (5.0,) * 99 + (1.0,)
     with pytest.raises(RuntimeError, match="after start"):
         thread.resume_totals(env_steps=0, agent_steps=0, episodes=0, recent_returns=[])
+
+
+def with_fields(message: Message, **fields) -> Message:
+    return Message(type=message.type, sender=message.sender, version=message.version,
+                   fields={**message.fields, **fields}, arrays=message.arrays)
+
+
+def test_rows_without_a_registered_token_are_dropped_counted_by_reason_and_logged_once(ingest, caplog):
+    thread, push = ingest
+    caplog.set_level(logging.WARNING, logger="sluice.learner")
+    push.send_multipart(encode(rows_message([10, 10], marker=1.0, token=None)))
+    push.send_multipart(encode(rows_message([10, 10], marker=1.0, token="b" * 32)))
+    push.send_multipart(encode(rows_message([10, 10], marker=1.0, token=TOKEN)))
+    assert wait_for(lambda: thread.stats.rows_received == 2, 10)
+    thread.registry.remove(TOKEN)  # the host said BYE: its rows are refused from now on
+    for _ in range(2):
+        push.send_multipart(encode(rows_message([10] * SEGMENTS, marker=1.0)))
+    assert wait_for(lambda: sum(thread.stats.messages_dropped.values()) == 4, 10)
+    thread.registry.add(SENDER)
+    push.send_multipart(encode(rows_message([10] * SEGMENTS, marker=5.0)))
+    index = thread.ready.get(timeout=10)
+    assert thread.buffers[index].arrays["rewards"][:, 0].tolist() == [1.0, 2.0, 5.0, 6.0, 7.0, 8.0]
+    snapshot = thread.take_snapshot()
+    assert snapshot.messages_dropped_by_reason == {"not_registered": 4} and snapshot.messages_dropped == 4
+    assert snapshot.env_steps == 2 + SEGMENTS  # nothing of a refused message is counted
+    lines = [r.getMessage() for r in caplog.records if "refused a ROWS message" in r.getMessage()]
+    assert len(lines) == 1 and "(not_registered)" in lines[0] and "'test'" in lines[0]
+
+
+def test_rows_under_another_curve_key_than_the_registration_are_dropped(ingest):
+    thread, push = ingest
+    thread.registry.add(Sender(name="keyed", token="k" * 32, curve_key="x" * 40, num_envs=4, agent_slots=4))
+    push.send_multipart(encode(rows_message([10, 10], marker=1.0, token="k" * 32)))  # no CURVE here: no key
+    push.send_multipart(encode(rows_message([10] * SEGMENTS, marker=5.0)))
+    thread.ready.get(timeout=10)
+    assert thread.take_snapshot().messages_dropped_by_reason == {"identity_mismatch": 1}
+
+
+@pytest.mark.parametrize("change, reason", [
+    (lambda m: rows_message([10] * (ROWS_PER_MESSAGE + 1), marker=1.0), "too_large"),
+    (lambda m: with_fields(m, agent_steps=2 ** 63 - 1), "bad_counter"),
+    (lambda m: with_fields(m, env_steps=-1), "bad_counter"),
+    (lambda m: with_fields(m, episode_returns=[500.0] * 100, episode_lengths=[1] * 100), "bad_counter"),
+    (lambda m: with_fields(m, episode_lengths=[0]), "bad_episode"),
+    (lambda m: with_fields(m, episode_returns=[1e30]), "bad_episode"),
+], ids=["too_large", "huge_agent_steps", "negative_env_steps", "100_returns_of_500", "zero_length", "huge_return"])
+def test_messages_with_impossible_counts_are_dropped_and_count_nothing(ingest, change, reason):
+    thread, push = ingest
+    push.send_multipart(encode(change(rows_message([10, 10], marker=1.0))))
+    push.send_multipart(encode(rows_message([10] * SEGMENTS, marker=5.0)))
+    thread.ready.get(timeout=10)
+    snapshot = thread.take_snapshot()
+    assert snapshot.messages_dropped_by_reason == {reason: 1}
+    assert (snapshot.agent_steps, snapshot.episodes) == (SEGMENTS, 1)
+
+
+def test_with_curve_rows_must_arrive_under_the_key_their_token_registered_with(tmp_path):
+    keys = tmp_path / "keys"
+    assert keys_main(["server", str(keys)]) == 0
+    (keys / "allowed").mkdir()
+    for name in ("host", "other"):
+        assert keys_main(["client", str(keys), name]) == 0
+        shutil.copy(keys / f"{name}.key", keys / "allowed" / f"{name}.key")
+    host_key = zmq.auth.load_certificate(keys / "host.key")[0].decode("ascii")
+    registry = SenderRegistry()
+    registry.add(Sender(name="host", token=TOKEN, curve_key=host_key, num_envs=4, agent_slots=4))
+    context, stop = zmq.Context(), threading.Event()
+    curve = load_server_curve(keys / "server.key_secret", keys / "allowed")
+    guard = ZapGuard(context, curve)
+    thread = Ingest(context=context, endpoint="tcp://127.0.0.1:*", segments=SEGMENTS, env=SPEC, horizon=HORIZON,
+                    state_size=0, max_policy_lag=2, hwm=4, buffer_bytes=65536, limits=Limits(), stop=stop,
+                    registry=registry, rows_per_message=ROWS_PER_MESSAGE, max_abs_value=1e6, curve=curve)
+    thread.policy_version = 10
+    endpoint = thread.socket.getsockopt(zmq.LAST_ENDPOINT).decode()
+    pushes = []
+    try:
+        thread.start()
+        for name in ("other", "host"):  # the other host is allowed to connect but holds not this token's key
+            push = context.socket(zmq.PUSH)
+            push.setsockopt(zmq.LINGER, 0)
+            load_client_curve(keys / "server.key", keys / f"{name}.key_secret").apply(push)
+            push.connect(endpoint)
+            pushes.append(push)
+        pushes[0].send_multipart(encode(rows_message([10] * 3, marker=1.0)))
+        assert wait_for(lambda: thread.take_snapshot().messages_dropped == 1, 10)
+        pushes[1].send_multipart(encode(rows_message([10] * 3, marker=5.0)))
+        pushes[1].send_multipart(encode(rows_message([10] * 3, marker=8.0)))
+        index = thread.ready.get(timeout=10)
+        assert thread.buffers[index].arrays["rewards"][:, 0].tolist() == [5.0, 6.0, 7.0, 8.0, 9.0, 10.0]
+        assert thread.take_snapshot().messages_dropped_by_reason == {"identity_mismatch": 1}
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        for push in pushes:
+            push.close(linger=0)
+        guard.stop()
+        context.term()

@@ -3,9 +3,13 @@ rules' decisions and console lines (benchmarks parse the solved line)."""
 
 from __future__ import annotations
 
+import json
+
 from configs.schema import TrainerSection
 from learner.checkpoint import TrainerState
+from learner.control import ControlCounts
 from learner.ingest import IngestSnapshot
+from learner.metrics_log import MetricsLog
 from learner.metrics_record import RunClock, metrics_record, outcome_rates
 from learner.stop_rules import check_stop_rules
 
@@ -16,9 +20,16 @@ TIMING = {"inference_batch_agents_mean": 25.0, "inference_ms_per_batch": 0.5, "a
 def snapshot(**kw) -> IngestSnapshot:
     base = dict(env_steps=80, agent_steps=160, episodes=3, env_restarts=1, recent_returns=(1.0, -1.0, 0.0),
                 recent_lengths=(10, 20, 30), episode_stat_means={"goals": 0.5}, rows_received=64,
-                rows_dropped_stale=2, rows_dropped_future=1, messages_dropped=4, policy_lag_mean=0.5,
+                rows_dropped_stale=2, rows_dropped_future=1, messages_dropped=4,
+                messages_dropped_by_reason={"bad_field": 3, "unknown_token": 1}, policy_lag_mean=0.5,
                 policy_lag_max=2, host_timing=TIMING)
     return IngestSnapshot(**{**base, **kw})
+
+
+def hosts(**kw) -> ControlCounts:
+    base = dict(actor_hosts=2, actor_hosts_lost=1, actor_hosts_failed=3,
+                rejected_by_reason={"not_registered": 5, "rate_limited": 1})
+    return ControlCounts(**{**base, **kw})
 
 
 def test_record_keys_and_values_in_the_order_of_metrics_jsonl():
@@ -27,18 +38,23 @@ def test_record_keys_and_values_in_the_order_of_metrics_jsonl():
     selfplay = {"pool_snapshots": 2, "alternations": 5, "opponents_unique_mean": None,
                 **outcome_rates([1.0, -1.0, 0.0])}
     record = metrics_record(state=state, sps=100.0, ingest=snapshot(), update_metrics={"policy_loss": 0.25},
-                            actor_hosts=2, selfplay=selfplay, update_s=0.75)
+                            hosts=hosts(), selfplay=selfplay, update_s=0.75)
     assert list(record) == [
         "update", "env_steps", "agent_steps", "sps", "elapsed_s", "episodes", "episode_return_mean",
         "episode_length_mean", "episode_goals_mean", "policy_loss", "policy_version", "policy_lag_mean",
-        "policy_lag_max", "rows_dropped_stale", "rows_dropped_future", "messages_dropped", "env_restarts",
-        "actor_hosts", *TIMING, "pool_snapshots", "alternations", "opponents_unique_mean", "win_rate", "draw_rate",
-        "loss_rate", "update_s"]
+        "policy_lag_max", "rows_dropped_stale", "rows_dropped_future", "messages_dropped",
+        "messages_dropped_by_reason", "env_restarts", "actor_hosts", "actor_hosts_lost", "actor_hosts_failed",
+        "control_rejected_by_reason", "clients_refused", *TIMING, "pool_snapshots", "alternations",
+        "opponents_unique_mean", "win_rate", "draw_rate", "loss_rate", "update_s"]
+    assert (record["actor_hosts"], record["actor_hosts_lost"], record["actor_hosts_failed"]) == (2, 1, 3)
+    assert record["control_rejected_by_reason"] == {"not_registered": 5, "rate_limited": 1}
+    assert record["messages_dropped_by_reason"] == {"bad_field": 3, "unknown_token": 1}
     assert record["episode_return_mean"] == 0.0 and record["episode_length_mean"] == 20.0
     assert (record["win_rate"], record["draw_rate"], record["loss_rate"]) == (1 / 3, 1 / 3, 1 / 3)
     assert record["rows_dropped_future"] == 1 and record["update_s"] == 0.75 and record["elapsed_s"] == 12.5
     empty = metrics_record(state=state, sps=0.0, ingest=snapshot(recent_returns=(), recent_lengths=()),
-                           update_metrics={}, actor_hosts=0, selfplay={}, update_s=0.0)
+                           update_metrics={}, hosts=hosts(rejected_by_reason={}), selfplay={}, update_s=0.0)
+    assert empty["control_rejected_by_reason"] == {}
     assert empty["episode_return_mean"] is None and empty["episode_length_mean"] is None
     assert outcome_rates([]) == {"win_rate": None, "draw_rate": None, "loss_rate": None}
 
@@ -63,3 +79,19 @@ def test_stop_rules_target_return_then_total_timesteps():
     assert done.announcement == "learner: reached total_timesteps (10,000 agent steps) in 3.0 s"
     no_target = TrainerSection(target_episode_return=None, total_timesteps=10_000)
     assert check_stop_rules(no_target, TrainerState(agent_steps=9_999, recent_returns=[1e9] * 100)) is None
+
+
+def test_the_console_line_shows_lost_and_failed_hosts_only_when_there_are_some(tmp_path, capsys):
+    state = TrainerState(update=1, policy_version=1, agent_steps=160)
+    losses = {"policy_loss": 0.1, "value_loss": 0.2, "entropy": 0.3, "approx_kl": 0.0, "clipfrac": 0.0,
+              "explained_variance": 0.5}
+    log = MetricsLog(tmp_path / "metrics.jsonl")
+    for counted in (hosts(actor_hosts_lost=0, actor_hosts_failed=0), hosts()):
+        log.write(metrics_record(state=state, sps=1.0, ingest=snapshot(), update_metrics=losses, hosts=counted,
+                                 selfplay={}, update_s=0.1))
+    log.close()
+    quiet, eventful = capsys.readouterr().out.splitlines()
+    assert "hosts" not in quiet
+    assert eventful.endswith(" | hosts lost 1 failed 3")
+    written = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["actor_hosts_lost"], r["actor_hosts_failed"]) for r in written] == [(0, 0), (1, 3)]

@@ -300,3 +300,37 @@ def test_store_index_write_is_atomic(tmp_path, monkeypatch):
     assert (tmp_path / "index.json").read_bytes() == before
     assert no_temp_files(tmp_path)
     assert len(store) == 1 and len(SnapshotStore(tmp_path)) == 1
+
+
+@pytest.mark.parametrize("spoil", [lambda d: d + "\n", lambda d: d + "\r\n", lambda d: " " + d, lambda d: d + "0",
+                                   str.upper])
+def test_a_digest_must_be_exactly_64_lowercase_hex_digits(tmp_path, spoil):
+    store = SnapshotStore(tmp_path)
+    snap = store.add(weights(0), update=1, policy_version=1)
+    with pytest.raises(ValueError, match="64 lowercase hex"):
+        store.read_bytes(spoil(snap.hash))
+    index = json.loads((tmp_path / "index.json").read_text())
+    index["snapshots"][0]["hash"] = snap.hash + "\n"
+    (tmp_path / "index.json").write_text(json.dumps(index))
+    with pytest.raises(SnapshotStoreError, match="inconsistent"):
+        SnapshotStore(tmp_path)
+
+
+def test_serving_a_snapshot_again_reads_but_does_not_rehash_an_unchanged_file(tmp_path, monkeypatch):
+    store = SnapshotStore(tmp_path)
+    snap = store.add(weights(3), update=1, policy_version=1)
+    hashed = []
+    real_sha256 = hashlib.sha256
+    monkeypatch.setattr(pool.hashlib, "sha256", lambda data=b"": hashed.append(len(data)) or real_sha256(data))
+    first = store.read_bytes(snap.hash)
+    assert store.read_bytes(snap.hash) == first and hashed == [snap.num_bytes]  # hashed once
+    path = store.path_of(snap.hash)
+    path.write_bytes(first[:-1])  # damaged after it was checked: another size, so it is hashed again
+    with pytest.raises(SnapshotStoreError, match="corrupted"):
+        store.read_bytes(snap.hash)
+    path.unlink()
+    with pytest.raises(SnapshotStoreError, match="missing"):
+        store.read_bytes(snap.hash)
+    store.add(weights(3), update=2, policy_version=2)  # rewritten (a new file): checked again when served
+    before = len(hashed)
+    assert store.read_bytes(snap.hash) == first and len(hashed) == before + 1

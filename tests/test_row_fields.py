@@ -18,6 +18,7 @@ from learner.batch import (MINIBATCH_DERIVED, MINIBATCH_NAMES, NOT_IN_MINIBATCH,
                            minibatch_rows, row_layout, to_batch)
 from learner.ingest import Ingest
 from learner.losses import Minibatch
+from learner.senders import SenderRegistry
 from protocol import ArraySpec, Limits, Message, MessageType, check_arrays
 from protocol.rows import ROW_FIELD_NAMES, ROW_FIELDS, RowLayout
 
@@ -145,7 +146,7 @@ def test_ingest_buffers_follow_the_table() -> None:
     context = zmq.Context()
     ingest = Ingest(context=context, endpoint="tcp://127.0.0.1:*", segments=7, env=SPEC, horizon=HORIZON,
                     state_size=STATE, max_policy_lag=1, hwm=1, buffer_bytes=65536, limits=Limits(),
-                    stop=threading.Event())
+                    stop=threading.Event(), registry=SenderRegistry(), rows_per_message=8, max_abs_value=1e6)
     try:
         assert ingest.specs == WIRE
         for buffers in ingest.buffers:

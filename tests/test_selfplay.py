@@ -5,6 +5,8 @@ opponents switching at episode ends."""
 from __future__ import annotations
 
 import hashlib
+import json
+import threading
 
 import numpy as np
 import pytest
@@ -15,15 +17,18 @@ from envs.base import StepBuffers
 from envs.connect_four import ConnectFourVec
 from actors.inference import Inference
 from actors.opponents import OpponentAssignment, OpponentCache, Opponents, learner_seats, policy_from_file
+from actors.pool_client import PoolClient
 from actors.recurrent_state import AgentStates
 from actors.rows_report import RowsReport
 from actors.slot_layout import SlotLayout
 from actors.stepper import GroupStepper
 from configs.schema import ModelSection, SelfPlaySection
 from learner.pool import SnapshotStore
-from learner.pool_server import PoolService
+from learner.pool_server import MAX_ENVS_PER_REQUEST, PoolService, serve
 from policies.factory import make_policy, state_arrays
-from protocol import Message, MessageType, ProtocolError
+from protocol import Limits, Message, MessageType, ProtocolError, encode
+from protocol.endpoints import parse_endpoint
+from tests.processes import free_port_triple
 
 SPEC = ConnectFourVec.SPEC
 MODEL = ModelSection(hidden_size=16, num_layers=1)
@@ -48,7 +53,9 @@ def ask(service: PoolService, kind: MessageType, **fields) -> Message:
 
 def test_pool_server_draws_one_snapshot_per_env_and_serves_verified_files(service):
     reply = ask(service, MessageType.GET_OPPONENTS, num_envs=16)
-    digests, indices = reply.fields["digests"], reply.fields["indices"]
+    positions = reply.arrays["env_opponent"].tolist()
+    digests = [reply.fields["digests"][p] for p in positions]
+    indices = [reply.fields["indices"][p] for p in positions]
     assert len(digests) == 16 and reply.fields["num_snapshots"] == 12 and reply.fields["alternation"] == 1
     assert all(service.store.snapshot(i).hash == d for i, d in zip(indices, digests))
     assert all(0 <= i < 12 for i in indices)
@@ -63,7 +70,8 @@ def test_pool_server_draws_one_snapshot_per_env_and_serves_verified_files(servic
 
 def test_pool_server_shared_draw_and_errors(service, tmp_path):
     service.section = SelfPlaySection(enabled=True, per_env_opponent_sampling=False)
-    assert len(set(ask(service, MessageType.GET_OPPONENTS, num_envs=32).fields["digests"])) == 1
+    shared = ask(service, MessageType.GET_OPPONENTS, num_envs=32)
+    assert len(shared.fields["digests"]) == 1 and shared.arrays["env_opponent"].tolist() == [0] * 32
     with pytest.raises(ProtocolError, match="num_envs must be in"):
         ask(service, MessageType.GET_OPPONENTS, num_envs=0)
     with pytest.raises(ProtocolError, match="64 lowercase hex"):
@@ -90,7 +98,8 @@ def test_cache_downloads_each_unique_snapshot_once_and_stays_bounded(service):
     fetch = CountingFetch(service.store)
     cache = OpponentCache(SPEC, MODEL, capacity=4, fetch=fetch, seed=0)
     opponents = Opponents(num_envs=16, num_agents=2, cache=cache)
-    first = ask(service, MessageType.GET_OPPONENTS, num_envs=16).fields["digests"]
+    reply = ask(service, MessageType.GET_OPPONENTS, num_envs=16)
+    first = [reply.fields["digests"][p] for p in reply.arrays["env_opponent"].tolist()]
     opponents.assign(OpponentAssignment(alternation=1, digests=tuple(first), indices=(0,) * 16))
     assert sorted(fetch.calls) == sorted(set(first))  # unique ones, once each
     opponents.assign(OpponentAssignment(alternation=2, digests=tuple(first), indices=(0,) * 16))
@@ -168,3 +177,40 @@ def test_opponents_switch_at_each_envs_episode_end(service):
     assert opponents.env_digests.tolist() == [a, b, a, b]
     opponents.episodes_ended(np.array([0, 4]))
     assert opponents.env_digests.tolist() == [b] * 4 and opponents.next_digests is None
+
+
+def test_opponents_reply_is_compact_each_distinct_snapshot_once(service):
+    reply = ask(service, MessageType.GET_OPPONENTS, num_envs=MAX_ENVS_PER_REQUEST)
+    digests, indices = reply.fields["digests"], reply.fields["indices"]
+    env_opponent = reply.arrays["env_opponent"]
+    assert env_opponent.dtype == np.uint16 and env_opponent.shape == (MAX_ENVS_PER_REQUEST,)
+    assert len(digests) == len(set(digests)) == len(indices) <= 12  # 12 snapshots: at most 12 names in the reply
+    assert all(service.store.snapshot(i).hash == d for i, d in zip(indices, digests))
+    assert sorted(set(env_opponent.tolist())) == list(range(len(digests)))
+    assert sum(len(frame) for frame in encode(reply)) < 64 * 12 * 2 + 2 * MAX_ENVS_PER_REQUEST + 1024
+    with pytest.raises(ProtocolError, match=f"num_envs must be in \\[1, {MAX_ENVS_PER_REQUEST}\\]"):
+        ask(service, MessageType.GET_OPPONENTS, num_envs=MAX_ENVS_PER_REQUEST + 1)
+
+
+def test_the_largest_opponents_reply_reaches_a_pool_client(tmp_path):
+    """Every env draws a different snapshot from a huge pool: the biggest reply the server can produce still
+    decodes within the client's limits, and the client hands each env its own snapshot."""
+    count = 8 * MAX_ENVS_PER_REQUEST
+    entries = [{"index": i, "hash": hashlib.sha256(str(i).encode()).hexdigest(), "update": i, "policy_version": i,
+                "created": 0.0, "num_bytes": 1} for i in range(count)]
+    (tmp_path / "index.json").write_text(json.dumps({"format": 1, "snapshots": entries}))
+    service = PoolService(SnapshotStore(tmp_path), SelfPlaySection(enabled=True, opponent_pool_exploration=1.0),
+                          seed=0)
+    port, stop = free_port_triple(), threading.Event()
+    server = threading.Thread(target=serve, args=(service, f"tcp://127.0.0.1:{port}", stop))
+    server.start()
+    client = PoolClient(parse_endpoint(f"tcp://127.0.0.1:{port}"), limits=Limits(), timeout_s=30, sender="t")
+    try:
+        assignment = client.opponents(MAX_ENVS_PER_REQUEST)
+    finally:
+        client.close()
+        stop.set()
+        server.join(timeout=10)
+    assert len(assignment.digests) == len(assignment.indices) == MAX_ENVS_PER_REQUEST
+    assert all(entries[i]["hash"] == d for i, d in zip(assignment.indices, assignment.digests))
+    assert len(set(assignment.digests)) > MAX_ENVS_PER_REQUEST // 2

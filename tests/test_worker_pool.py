@@ -1,6 +1,7 @@
 """The actor host's env workers (WorkerPool over real processes and shared memory): ready groups, an env that
-raises (its traceback, with the user's file and line, on the host's stderr), a worker that dies (restarted, its
-agents forgotten) or cannot live (fatal), and an env that cannot start (fatal, with the reason)."""
+raises (its traceback, with the user's file and line, on the host's stderr), a worker that dies (restarted after a
+backoff that does not hold up the other workers, its agents forgotten; also between collect and wake) or dies in
+a loop (fatal, naming the worker and its exit cause), and an env that cannot start (fatal, with the reason)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from actors.env_failures import EnvFailure
 from actors.rows_report import RowsReport
 from actors.slot_layout import SlotLayout
 from actors.stop_flag import StopFlag
+from actors import worker_pool
 from actors.worker_pool import MAX_DEATHS_IN_A_ROW, WorkerPool
 from configs.env_config import EnvConfig
 from envs.cartpole import CartPoleVec
@@ -93,9 +95,79 @@ def test_ready_groups_and_a_killed_worker_is_restarted_with_its_agents_forgotten
 def test_a_worker_that_dies_before_answering_again_and_again_is_fatal():
     pool = Pool(native("DiesAtBirth"), groups=1)
     try:
-        with pytest.raises(EnvFailure, match=f"env worker 0 died {MAX_DEATHS_IN_A_ROW} times in a row"):
+        with pytest.raises(EnvFailure, match=f"env worker 0 died {MAX_DEATHS_IN_A_ROW} times in a row without "
+                                             r"completing a step \(last: exit code 3\)"):
             pool.pump(lambda: False)
-        assert pool.restarted == [0] * (MAX_DEATHS_IN_A_ROW - 1)
+        assert pool.restarted == [0] * MAX_DEATHS_IN_A_ROW  # each death forgets its agents
+        assert pool.pool.workers[0].restarts == MAX_DEATHS_IN_A_ROW - 1
+    finally:
+        pool.pool.stop()
+    assert shm_segments(os.getpid()) == []
+
+
+def test_a_worker_killed_in_its_first_step_every_time_is_fatal_naming_the_signal():
+    """Its reset replies come every time; only a completed step would show it can live."""
+    pool = Pool(native("DiesInStep", die_on=1, kill_with="SIGKILL"), groups=1)
+    try:
+        with pytest.raises(EnvFailure, match=f"env worker 0 died {MAX_DEATHS_IN_A_ROW} times in a row without "
+                                             r"completing a step \(last: killed by SIGKILL\)"):
+            pool.pump(lambda: False, wake=True)
+    finally:
+        pool.pool.stop()
+    assert shm_segments(os.getpid()) == []
+
+
+def test_deaths_in_a_row_reset_after_a_completed_step():
+    pool = Pool(native("DiesInStep", die_on=4), groups=1)  # every life completes 3 steps, then dies
+    try:
+        pool.pump(lambda: pool.pool.workers[0].restarts == MAX_DEATHS_IN_A_ROW, wake=True)  # respawned, not fatal
+        assert pool.restarted == [0] * MAX_DEATHS_IN_A_ROW and pool.pool.workers[0].deaths_in_a_row == 1
+    finally:
+        pool.pool.stop()
+    assert shm_segments(os.getpid()) == []
+
+
+def test_a_respawn_waits_its_backoff_while_the_other_workers_keep_stepping(monkeypatch):
+    monkeypatch.setattr(worker_pool, "RESPAWN_BACKOFF_S", 3600.0)  # never due unless the test says so
+    pool = Pool(EnvConfig(), workers=2)
+    try:
+        pool.pump(lambda: len(pool.pool.ready) == 4)
+        os.kill(pool.pool.workers[1].process.pid, signal.SIGKILL)
+        pool.pump(lambda: pool.restarted == [1], wake=True)
+        buried = pool.pool.workers[1]
+        assert buried.conn is None and buried.respawn_at is not None and buried.restarts == 0
+        stepped_before = pool.pool.clocks_seen.copy()
+        replies = pool.pool.workers[0].replies
+        pool.pump(lambda: pool.pool.workers[0].replies >= replies + 50, wake=True)  # worker 0 is served meanwhile
+        assert pool.pool.workers[1] is buried
+        assert min(pool.pool.read_clocks()) >= 0 and (pool.pool.clocks_seen >= stepped_before).all()
+        buried.respawn_at = 0.0  # its backoff is over
+        pool.pump(lambda: pool.pool.workers[1].restarts == 1 and pool.pool.workers[1].replies > pool.layout.groups,
+                  wake=True)  # respawned, and it has stepped
+    finally:
+        pool.pool.stop()
+    assert shm_segments(os.getpid()) == []
+
+
+def test_a_worker_that_dies_between_collect_and_wake_is_restarted_and_the_host_survives():
+    pool = Pool(EnvConfig(), workers=2)
+    try:
+        pool.pump(lambda: len(pool.pool.ready) == 4)
+        batch = list(pool.pool.ready)  # collected: the host now decides for these groups ...
+        pool.pool.ready.clear()
+        dying = pool.pool.workers[1].process
+        os.kill(dying.pid, signal.SIGKILL)  # ... and worker 1 dies before its actions go out
+        dying.join(timeout=10)
+        assert dying.exitcode == -signal.SIGKILL
+        with pytest.raises(BrokenPipeError):  # what the host's wake used to die of
+            pool.pool.workers[1].conn.send_bytes(b"\x00")
+        pool.pool.wake(batch)  # no exception: worker 0 steps, worker 1's EOF buries it at the next poll
+        pool.pump(lambda: pool.restarted == [1] and pool.pool.workers[1].restarts == 1
+                  and sum(v.worker == 1 for v in pool.pool.ready) == 2)
+        assert sum(v.worker == 0 for v in pool.pool.ready) == 2
+        pool.pool.wake(list(pool.pool.ready))  # the respawned worker steps like any other
+        pool.pool.ready.clear()
+        pool.pump(lambda: len(pool.pool.ready) == 4)
     finally:
         pool.pool.stop()
     assert shm_segments(os.getpid()) == []

@@ -54,6 +54,7 @@ from learner.batch import BatchBuffers, row_layout, to_batch
 from learner.ingest import Ingest
 from learner.ppo import ppo_update
 from learner.ppo_algorithm import make_optimizer, make_reference
+from learner.senders import Sender, SenderRegistry
 from learner.schedules import schedule_for
 from policies.factory import make_policy
 from protocol import Limits, Message, MessageType, decode, encode
@@ -64,6 +65,8 @@ GRID_SCALE = ["trainer.forward_pass_minibatch_target_size=64", "trainer.batch_si
               "trainer.minibatch_size=4096"]
 DEFAULT_CASES = [("configs/grid_3agents.yaml", GRID_SCALE, 3), ("configs/cartpole.yaml", [], 12)]
 SENDER_POLL_MS = 100
+BENCH_TOKEN = "bench" * 6 + "00"
+"""The registration token the synthetic sender's blocks carry (the ingest only takes rows from registered hosts)."""
 
 
 def make_blocks(config, state_size: int, seed: int) -> list[Message]:
@@ -104,8 +107,8 @@ def make_blocks(config, state_size: int, seed: int) -> list[Message]:
             arrays[name][:] = 0
         fields = {"num_rows": n, "episode_returns": [float(r) for r in rng.random(episodes) * 10],
                   "episode_lengths": [int(x) for x in rng.integers(1, 1000, episodes)],
-                  "env_steps": n * trainer.bptt_horizon // max(1, spec.num_agents),
-                  "agent_steps": n * trainer.bptt_horizon, "env_restarts": 0,
+                  "env_steps": -(-n * trainer.bptt_horizon // max(1, spec.num_agents)),
+                  "agent_steps": n * trainer.bptt_horizon, "env_restarts": 0, "token": BENCH_TOKEN,
                   "episode_stats": {name: [float(v) for v in rng.random(episodes)] for name in spec.episode_stats},
                   "host_stats": {"inference_batches": 2, "inference_agents": 2 * n, "inference_s": 0.002,
                                  "act_s": 0.004, "worker_wait_s": 0.001, "worker_step_s": 0.003}}
@@ -269,10 +272,14 @@ def bench_case(config_path: str, overrides: list[str], updates: int, rounds: int
     ratios: list[float] = []
     matches = None
     try:
+        registry = SenderRegistry()
+        registry.add(Sender(name="bench-sender", token=BENCH_TOKEN, curve_key=None, num_envs=plan.num_envs,
+                            agent_slots=plan.num_envs * spec.num_agents))
         ingest = Ingest(context=context, endpoint="tcp://127.0.0.1:*", segments=plan.segments, env=spec,
                         horizon=horizon, state_size=state_size, max_policy_lag=trainer.max_policy_lag,
                         hwm=net.send_queue_messages, buffer_bytes=net.socket_buffer_bytes,
-                        limits=Limits(max_message_bytes=net.max_message_bytes), stop=stop)
+                        limits=Limits(max_message_bytes=net.max_message_bytes), stop=stop, registry=registry,
+                        rows_per_message=net.rows_per_message, max_abs_value=net.max_abs_value)
         endpoint = ingest.socket.getsockopt(zmq.LAST_ENDPOINT).decode()
         ingest.start()
         command = [sys.executable, os.path.abspath(__file__), "--sender", endpoint, "--config", config_path,

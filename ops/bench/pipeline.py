@@ -43,7 +43,9 @@ from configs.loader import config_to_dict, load_config
 from configs.plan import make_plan
 from configs.schema import RunConfig
 from learner.control import ControlServer
+from learner.host_sizing import HostSizing
 from learner.ingest import host_timing
+from learner.senders import SenderRegistry
 from protocol import Limits, MessageType, ProtocolError, decode
 
 REPO = Path(__file__).resolve().parents[2]
@@ -236,7 +238,8 @@ def measure_pipeline(config: RunConfig, workers: int, seconds: float, warmup_s: 
     registration = {"config": config_to_dict(config), "data_endpoint": f"tcp://127.0.0.1:{data_port}",
                     "weights_endpoint": f"tcp://127.0.0.1:{weights_port}", "run_id": uuid.uuid4().hex}
     control = ControlServer(context=context, endpoint=f"tcp://127.0.0.1:{control_port}", registration=registration,
-                            peer_timeout_s=net.peer_timeout_s, limits=limits, stop=stop)
+                            peer_timeout_s=net.peer_timeout_s, limits=limits, stop=stop, registry=SenderRegistry(),
+                            sizing=HostSizing(trainer=config.trainer, num_agents=config.env.num_agents))
     control.set_weights(0, {})
     counters = SinkCounters()
     drain = threading.Thread(target=_drain, args=(data, limits, counters, stop), name="sink", daemon=True)

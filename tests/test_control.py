@@ -1,0 +1,277 @@
+"""The learner's control server over real ZeroMQ sockets: registration tokens in the sender registry, leaving
+(BYE, BYE with a failure, silence), refusals (unregistered, rate-limited, too many hosts, bad fields) and a
+log that a flood cannot fill."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zmq
+import zmq.auth
+
+from actors.learner_link import LearnerLink
+from configs.plan import make_plan
+from configs.schema import TrainerSection
+from learner.control import HOST_NAME_CHARS, ControlServer
+from learner.host_sizing import HostSizing
+from learner.request_rate import PeerRateLimiter, RateLimit
+from learner.senders import SenderRegistry
+from protocol import Limits, Message, MessageType, decode, encode
+from protocol.curve import ClientCurve, ServerCurve, ZapGuard
+from protocol.endpoints import parse_endpoint
+from tests.processes import wait_for
+
+REGISTRATION = {"config": {}, "data_endpoint": "tcp://127.0.0.1:1", "weights_endpoint": "tcp://127.0.0.1:2",
+                "run_id": "run"}
+TRAINER = TrainerSection()
+SIZING = HostSizing(trainer=TRAINER, num_agents=2)
+WEIGHTS = {"w": np.arange(4, dtype=np.float32)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Served:
+    """A running control server and what a test talks to it with."""
+
+    server: ControlServer
+    """The server thread."""
+    registry: SenderRegistry
+    """The registry it adds senders to."""
+    context: zmq.Context
+    """The context of its socket and the test's sockets."""
+    address: str
+    """Where it listens."""
+
+    def host(self, curve: ClientCurve | None = None) -> zmq.Socket:
+        """A new DEALER connected to the server (a new identity); the context closes it."""
+        sock = self.context.socket(zmq.DEALER)
+        if curve is not None:
+            curve.apply(sock)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.connect(self.address)
+        return sock
+
+
+@contextmanager
+def control_server(**kwargs) -> Iterator[Served]:
+    """A ControlServer on a free port (``curve``: with a ZAP authenticator on its context)."""
+    context = zmq.Context()
+    stop = threading.Event()
+    registry = SenderRegistry()
+    options = {"peer_timeout_s": 60.0, "registration": REGISTRATION, **kwargs}
+    with ExitStack() as cleanup:
+        cleanup.callback(context.destroy, linger=0)
+        if options.get("curve") is not None:
+            cleanup.enter_context(ZapGuard(context, options["curve"]))
+        server = ControlServer(context=context, endpoint="tcp://127.0.0.1:*", limits=Limits(), stop=stop,
+                               registry=registry, sizing=SIZING, **options)
+        server.set_weights(3, WEIGHTS)
+        server.start()
+        cleanup.callback(server.join, timeout=5)
+        cleanup.callback(stop.set)
+        yield Served(server=server, registry=registry, context=context,
+                     address=server.socket.getsockopt(zmq.LAST_ENDPOINT).decode())
+
+
+def send(sock: zmq.Socket, type_: MessageType, fields: dict | None = None) -> None:
+    sock.send_multipart(encode(Message(type=type_, sender="test", fields=fields or {})))
+
+
+def ask(sock: zmq.Socket, type_: MessageType, fields: dict | None = None) -> Message:
+    send(sock, type_, fields)
+    assert sock.poll(5000), f"no reply to {type_.value}"
+    return decode(sock.recv_multipart())
+
+
+def register(sock: zmq.Socket, name: str = "h", num_workers: int = 2) -> Message:
+    return ask(sock, MessageType.REGISTER, {"host": name, "num_workers": num_workers})
+
+
+def test_registration_hands_out_a_token_the_registry_holds_with_the_host_size() -> None:
+    with control_server() as served:
+        reply = register(served.host(), num_workers=2)
+        assert reply.type is MessageType.REGISTERED and reply.version == 3
+        assert np.array_equal(reply.arrays["w"], WEIGHTS["w"]) and reply.fields["run_id"] == "run"
+        sender = served.registry.get(reply.fields["token"])
+        plan = make_plan(TRAINER, num_agents=2, num_workers=2)
+        assert sender is not None and sender.name == "h" and sender.curve_key is None
+        assert (sender.num_envs, sender.agent_slots) == (plan.num_envs, plan.num_envs * 2)
+        default = register(served.host(), name="d", num_workers=0)  # 0: the run's trainer.num_workers
+        default_plan = make_plan(TRAINER, num_agents=2, num_workers=TRAINER.num_workers)
+        assert served.registry.get(default.fields["token"]).num_envs == default_plan.num_envs
+        assert served.server.counts().actor_hosts == 2 and len(served.registry) == 2
+
+
+@pytest.mark.parametrize("num_workers", [-1, 4097])
+def test_a_worker_count_out_of_range_is_refused(num_workers: int) -> None:
+    with control_server() as served:
+        reply = register(served.host(), num_workers=num_workers)
+        assert reply.type is MessageType.ERROR and reply.fields["reason"] == "bad_field"
+        assert "1..4096" in reply.fields["message"] and len(served.registry) == 0
+
+
+def test_a_worker_count_the_batch_plan_cannot_take_is_refused() -> None:
+    with control_server() as served:  # 4096 workers x 2 agents: more agent slots than the batch has rows
+        reply = register(served.host(), num_workers=4096)
+        assert reply.type is MessageType.ERROR and reply.fields["reason"] == "bad_field"
+        assert "does not fit the run's batch plan" in reply.fields["message"] and len(served.registry) == 0
+
+
+def test_registering_again_replaces_the_token() -> None:
+    with control_server() as served:
+        sock = served.host()
+        first = register(sock).fields["token"]
+        second = register(sock).fields["token"]
+        assert first != second
+        assert served.registry.get(first) is None and served.registry.get(second) is not None
+        assert served.server.counts().actor_hosts == 1
+
+
+def test_bye_takes_the_token_away_and_is_a_normal_leave() -> None:
+    with control_server() as served:
+        sock = served.host()
+        token = register(sock).fields["token"]
+        send(sock, MessageType.BYE)
+        assert wait_for(lambda: served.registry.get(token) is None, 5)
+        counts = served.server.counts()
+        assert (counts.actor_hosts, counts.actor_hosts_failed, counts.actor_hosts_lost) == (0, 0, 0)
+
+
+def test_bye_with_a_reason_counts_a_failed_host_and_logs_it_once(caplog) -> None:
+    caplog.set_level(logging.WARNING, logger="sluice.learner.control")
+    with control_server() as served:
+        sock = served.host()
+        token = register(sock, name="gpu-7").fields["token"]
+        send(sock, MessageType.BYE, {"reason": "env worker 0 died 3 times in a row\x1b[2J"})
+        assert wait_for(lambda: served.server.counts().actor_hosts_failed == 1, 5)
+        send(sock, MessageType.BYE, {"reason": "again"})  # no longer registered: nothing more to count
+        assert ask(sock, MessageType.HEARTBEAT).fields["reason"] == "not_registered"
+        assert served.registry.get(token) is None and served.server.counts().actor_hosts_failed == 1
+    lines = [r.getMessage() for r in caplog.records if "left" in r.getMessage()]
+    assert lines == ["actor host gpu-7 left: env worker 0 died 3 times in a row[2J"]
+
+
+def test_a_silent_host_is_forgotten_counted_lost_and_its_token_removed() -> None:
+    with control_server(peer_timeout_s=0.5) as served:
+        token = register(served.host()).fields["token"]
+        assert wait_for(lambda: served.server.counts().actor_hosts_lost == 1, 10)
+        assert served.registry.get(token) is None and served.server.counts().actor_hosts == 0
+
+
+def test_an_unregistered_identity_may_only_register() -> None:
+    with control_server() as served:
+        sock = served.host()
+        for type_ in (MessageType.GET_WEIGHTS, MessageType.HEARTBEAT):
+            reply = ask(sock, type_)
+            assert reply.type is MessageType.ERROR and reply.fields["reason"] == "not_registered"
+            assert not reply.arrays
+        assert served.server.counts().rejected_by_reason == {"not_registered": 2}
+
+
+def test_weight_requests_beyond_the_rate_limit_get_a_small_error() -> None:
+    with control_server(weight_requests=RateLimit(per_second=1e-6, burst=3)) as served:
+        sock = served.host()
+        assert register(sock).type is MessageType.REGISTERED
+        replies = [ask(sock, MessageType.GET_WEIGHTS) for _ in range(5)]
+        assert [r.type for r in replies] == [MessageType.WEIGHTS] * 2 + [MessageType.ERROR] * 3
+        assert all(r.fields["reason"] == "rate_limited" and not r.arrays for r in replies[2:])
+        assert ask(sock, MessageType.HEARTBEAT).type is MessageType.HEARTBEAT_ACK  # cheap requests still answered
+        assert register(served.host()).type is MessageType.REGISTERED  # another identity has its own budget
+        assert served.server.counts().rejected_by_reason == {"rate_limited": 3}
+
+
+def test_a_peer_bucket_refills_with_time_and_forgets_the_oldest_peer() -> None:
+    now = [0.0]
+    limiter = PeerRateLimiter(RateLimit(per_second=2.0, burst=2), max_peers=2, clock=lambda: now[0])
+    assert [limiter.allow(b"a") for _ in range(3)] == [True, True, False]
+    now[0] = 0.5
+    assert [limiter.allow(b"a") for _ in range(2)] == [True, False]
+    limiter.allow(b"b")
+    limiter.allow(b"c")
+    assert len(limiter) == 2  # "a" was forgotten: it starts again with a full bucket
+    assert [limiter.allow(b"a") for _ in range(3)] == [True, True, False]
+
+
+def test_registrations_beyond_max_hosts_are_refused_until_one_leaves() -> None:
+    with control_server(max_hosts=2) as served:
+        first, second, third = served.host(), served.host(), served.host()
+        assert register(first).type is register(second).type is MessageType.REGISTERED
+        refused = register(third)
+        assert refused.type is MessageType.ERROR and refused.fields["reason"] == "too_many_hosts"
+        assert "max_hosts 2" in refused.fields["message"] and not refused.arrays
+        assert register(first).type is MessageType.REGISTERED  # a registered identity may register again
+        send(second, MessageType.BYE)
+        assert wait_for(lambda: served.server.counts().actor_hosts == 1, 5)
+        assert register(third).type is MessageType.REGISTERED
+        assert served.server.counts().rejected_by_reason == {"too_many_hosts": 1}
+
+
+def test_host_names_are_printable_and_truncated() -> None:
+    with control_server() as served:
+        token = register(served.host(), name="\x1b[31m" + "n" * 500 + "\n").fields["token"]
+        name = served.registry.get(token).name
+        assert name == "[31m" + "n" * (HOST_NAME_CHARS - 4)
+
+
+def test_a_flood_of_bad_messages_logs_a_bounded_number_of_lines(caplog) -> None:
+    caplog.set_level(logging.INFO, logger="sluice.learner.control")
+    flood = 10_000
+    with control_server(clock=lambda: 0.0) as served:  # a stopped clock: the log's interval never passes
+        sock = served.host()
+        for index in range(flood):
+            if index % 2:
+                sock.send_multipart([b"junk", b"\xc1" * 64])
+            else:
+                send(sock, MessageType.GET_WEIGHTS)
+            while sock.poll(0):  # replies are small errors; drain them so neither side's queue fills
+                sock.recv_multipart()
+        assert wait_for(lambda: sum(served.server.counts().rejected_by_reason.values()) == flood, 60)
+        assert served.server.counts().rejected_by_reason == {"bad_protocol": flood // 2, "not_registered": flood // 2}
+    lines = [r.getMessage() for r in caplog.records if r.name == "sluice.learner.control"]
+    assert len(lines) == 2, lines  # one per reason
+    assert all(len(line) < 1000 for line in lines)
+
+
+def test_with_curve_the_sender_keeps_the_key_the_registration_came_under(tmp_path: Path) -> None:
+    allowed = tmp_path / "allowed"
+    allowed.mkdir()
+    server_public, server_secret = zmq.curve_keypair()
+    client_public, client_secret = zmq.curve_keypair()
+    (allowed / "host.key").write_text(f'metadata\ncurve\n    public-key = "{client_public.decode()}"\n')
+    assert zmq.auth.load_certificate(allowed / "host.key")[0] == client_public
+    curve = ServerCurve(public=server_public, secret=server_secret, allowed_clients=allowed)
+    with control_server(curve=curve) as served:
+        host = served.host(ClientCurve(server_public=server_public, public=client_public, secret=client_secret))
+        token = register(host).fields["token"]
+        assert served.registry.get(token).curve_key == client_public.decode()
+
+
+def test_the_learner_link_sends_its_token_with_rows_and_says_why_it_left() -> None:
+    context = zmq.Context()
+    data = context.socket(zmq.PULL)
+    data.setsockopt(zmq.LINGER, 0)
+    registration = {**REGISTRATION, "data_endpoint": f"tcp://127.0.0.1:{data.bind_to_random_port('tcp://127.0.0.1')}"}
+    try:
+        with control_server(registration=registration) as served:
+            link = LearnerLink(parse_endpoint(served.address), num_workers=1, limits=Limits())
+            first = link.register(retry_s=1.0, should_stop=lambda: False)
+            second = link.register(retry_s=1.0, should_stop=lambda: False)  # registering again: a new token
+            assert first.token != second.token == link.token
+            assert served.registry.get(first.token) is None and served.registry.get(link.token) is not None
+            link.open_streams(second, hwm=4, buffer_bytes=1 << 16)
+            assert wait_for(link.can_send_rows, 5)
+            link.send_rows(Message(type=MessageType.ROWS, sender=link.name, fields={
+                "num_rows": 0, "episode_returns": [], "episode_lengths": [], "env_steps": 0, "agent_steps": 0}))
+            assert data.poll(5000)
+            assert decode(data.recv_multipart()).fields["token"] == link.token
+            link.close(reason="EnvFailure: env worker 0 died 3 times in a row")
+            assert wait_for(lambda: served.server.counts().actor_hosts_failed == 1, 5)
+            assert served.registry.get(second.token) is None
+    finally:
+        context.destroy(linger=0)
