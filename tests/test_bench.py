@@ -46,3 +46,10 @@ def test_ingest_bench_reports_its_ratio_and_keeps_obs_bytes() -> None:
     headline = [r for r in records if r.get("bench", r.get("benchmark")) == "ingest"]
     assert headline and headline[0]["ingest_ratio"] > 0 and headline[0]["target"] == 0.9
     assert not descendants(os.getpid())
+
+
+def test_curve_cost_bench_reports_both_modes_and_their_ratio() -> None:
+    records = run_bench("curve_cost.py", "--message-bytes", "100000", "--seconds", "0.5")
+    modes = {r["mode"]: r for r in records if "mode" in r}
+    assert set(modes) == {"plaintext", "curve"} and all(m["gbytes_per_s"] > 0 for m in modes.values())
+    assert [r for r in records if r.get("curve_over_plaintext", 0) > 0]

@@ -22,16 +22,28 @@ REPO = Path(__file__).resolve().parents[2]
 SOLVED = re.compile(r"solved: mean return ([\d.]+) .* after ([\d,]+) (?:agent|env) steps in ([\d.]+) s")
 
 
-def trial(port: int, workers: int, seed: int) -> dict:
-    """One training run; returns its figures."""
+def curve_options(keys: Path) -> tuple[list[str], list[str]]:
+    """Make a server and a host key pair in ``keys``; the learner's and the host's CURVE options."""
+    for args in (("server",), ("client", "host")):
+        subprocess.run([sys.executable, "-m", "protocol.keys", args[0], str(keys), *args[1:]], cwd=REPO, check=True,
+                       capture_output=True)
+    (keys / "allowed").mkdir()
+    (keys / "allowed" / "host.key").write_bytes((keys / "host.key").read_bytes())
+    return (["--curve-secret-key", str(keys / "server.key_secret"), "--curve-allowed-clients", str(keys / "allowed")],
+            ["--curve-server-key", str(keys / "server.key"), "--curve-client-key", str(keys / "host.key_secret")])
+
+
+def trial(port: int, workers: int, seed: int, curve: bool) -> dict:
+    """One training run (with CURVE on every socket when ``curve``); returns its figures."""
     with tempfile.TemporaryDirectory() as tmp:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        learner_keys, host_keys = curve_options(Path(tmp, "keys")) if curve else ([], [])
         learner = subprocess.Popen([sys.executable, "-m", "learner", "--run-dir", f"{tmp}/run", "--set",
-                                    f"network.port={port}", "--set", f"run.seed={seed}"], cwd=REPO, env=env,
-                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                                    f"network.port={port}", "--set", f"run.seed={seed}", *learner_keys], cwd=REPO,
+                                   env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         actors = subprocess.Popen([sys.executable, "-m", "actors", "--n", str(workers), "--learner",
-                                   f"tcp://127.0.0.1:{port}"], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL)
+                                   f"tcp://127.0.0.1:{port}", *host_keys], cwd=REPO, env=env,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         started = time.monotonic()
         out, _ = learner.communicate(timeout=900)
         actors.wait(timeout=60)
@@ -39,7 +51,7 @@ def trial(port: int, workers: int, seed: int) -> dict:
         metrics = Path(tmp, "run", "metrics.jsonl")
         lines = metrics.read_text().splitlines() if metrics.exists() else []
         last = json.loads(lines[-1]) if lines else {}
-        return {"benchmark": "cartpole_to_475", "seed": seed, "workers": workers,
+        return {"benchmark": "cartpole_to_475", "seed": seed, "workers": workers, "curve": curve,
                 "exit_code": learner.returncode, "solved": match is not None,
                 "final_mean_return": float(match.group(1)) if match else None,
                 "agent_steps": int(match.group(2).replace(",", "")) if match else None,
@@ -53,14 +65,15 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=3)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--port", type=int, default=5655)
+    parser.add_argument("--curve", action="store_true", help="CURVE on every socket (keys made for the run)")
     args = parser.parse_args()
-    results = [trial(args.port, args.workers, seed) for seed in range(1, args.trials + 1)]
+    results = [trial(args.port, args.workers, seed, args.curve) for seed in range(1, args.trials + 1)]
     for result in results:
         print(json.dumps(result))
     solved = [r for r in results if r["solved"]]
     print(json.dumps({"benchmark": "cartpole_to_475_summary", "machine": f"{platform.node()} "
                       f"{os.cpu_count()} cores {platform.processor() or platform.machine()}",
-                      "trials": len(results), "solved": len(solved),
+                      "curve": args.curve, "trials": len(results), "solved": len(solved),
                       "train_s": sorted(r["train_s"] for r in solved),
                       "env_steps": sorted(r["env_steps"] for r in solved if r["env_steps"] is not None)}))
 

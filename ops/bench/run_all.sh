@@ -24,6 +24,7 @@ run ops/bench/pipeline.py
 run ops/bench/assembler_copy.py
 run ops/bench/ingest.py
 run ops/bench/learner_update.py --no-compile
+run ops/bench/curve_cost.py
 if [ "$peers" = 1 ]; then
   run ops/bench/peer_pufferlib.py
   run ops/bench/peer_sample_factory.py
