@@ -133,7 +133,7 @@ class LearnerLink:
             self._check_not_refused()
             if not announced:
                 curve = (" (CURVE: --curve-server-key must be that learner's server.key)" if self.curve is not None
-                         else "")
+                         else " (a learner with CURVE keys needs --curve-server-key and --curve-client-key)")
                 print(f"actors: waiting for the learner at {self.learner.url} ...{curve}", flush=True)
                 announced = True
         return None
