@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import logging
 import signal
 import sys
@@ -14,10 +15,20 @@ DEFAULT_LEARNER = "tcp://127.0.0.1:5555"
 KEY_OPTIONS = "--curve-server-key server.key --curve-client-key NAME.key_secret"
 
 
+def package_version() -> str:
+    """The installed ``sluice`` package's version (a source tree that was never installed has none)."""
+    try:
+        return importlib.metadata.version("sluice")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (the sluice package is not installed; pip install -e .)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The actor host's command line."""
     parser = argparse.ArgumentParser(prog="python -m actors", description="Sluice actor host: env worker "
                                      "processes that stream experience to a learner.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}",
+                        help="print the installed sluice version and exit")
     parser.add_argument("--n", type=int, default=None,
                         help="env worker processes on this host (default: the run's trainer.num_workers)")
     parser.add_argument("--learner", default=DEFAULT_LEARNER,

@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
 import zmq
 
 from actors.alternation import OpponentAlternation
 from actors.env_failures import EnvErrorReport
-from actors.learner_link import LearnerLink
+from actors.learner_link import LearnerLink, Registration
 from actors.rows_report import RowsReport
 from actors.stepper import GroupStepper
 from actors.stop_flag import StopFlag
@@ -29,6 +32,35 @@ LOG = logging.getLogger("sluice.actors")
 POLL_MS = 20
 FLUSH_AFTER_S = 0.05
 """Full rows older than this go out even when they do not fill a message."""
+MAX_KEYS_SHOWN = 3
+"""Differing config keys named when the learner's config changed."""
+
+
+def config_differences(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
+    """Each dotted key whose value differs between two config dicts as ``key: old -> new``, in ``old``'s
+    order, then ``new``'s (a missing key shows as ``-``)."""
+    differences = []
+    for key in [*old, *(k for k in new if k not in old)]:
+        name = f"{prefix}{key}"
+        before, after = old.get(key), new.get(key)
+        if isinstance(before, dict) and isinstance(after, dict):
+            differences.extend(config_differences(before, after, prefix=f"{name}."))
+        elif before != after or (key in old) != (key in new):
+            shown = [repr(value) if key in side else "-" for value, side in ((before, old), (after, new))]
+            differences.append(f"{name}: {shown[0]} -> {shown[1]}")
+    return differences
+
+
+def weight_shapes(arrays: Mapping[str, np.ndarray]) -> dict[str, tuple[int, ...]]:
+    """Name and shape of each weight array (weights of another model differ in one or the other)."""
+    return {name: tuple(array.shape) for name, array in arrays.items()}
+
+
+def describe_config_change(old: dict[str, Any], new: dict[str, Any]) -> str:
+    """The first few differences between two config dicts, for one line of output."""
+    differences = config_differences(old, new)
+    more = len(differences) - MAX_KEYS_SHOWN
+    return ", ".join(differences[:MAX_KEYS_SHOWN]) + (f" and {more} more" if more > 0 else "")
 
 
 @dataclass(kw_only=True)
@@ -52,10 +84,14 @@ class LoopState:
 class ActorHost:
     """One host's actors for one learner, built by ``actors.wiring.build_host``."""
 
-    def __init__(self, *, link: LearnerLink, network: NetworkSection, run_id: str, workers: WorkerPool,
-                 stepper: GroupStepper, alternation: OpponentAlternation | None, poller: zmq.Poller,
-                 stop: StopFlag) -> None:
+    def __init__(self, *, link: LearnerLink, registration: Registration, network: NetworkSection,
+                 workers: WorkerPool, stepper: GroupStepper, alternation: OpponentAlternation | None,
+                 poller: zmq.Poller, stop: StopFlag) -> None:
         self.link = link
+        self.config = registration.config
+        """The resolved run config (as registration sent it) that this host was built for."""
+        self.weight_shapes = weight_shapes(registration.weights)
+        """Name and shape of every weight array of the model this host was built for."""
         self.network = network
         self.workers = workers
         self.stepper = stepper
@@ -67,11 +103,13 @@ class ActorHost:
         self.groups_per_batch = stepper.layout.workers
         """Ready groups decided for in one forward pass, at most (one per worker: batch_size_envs envs)."""
         now = time.monotonic()
-        self.state = LoopState(run_id=run_id, last_heartbeat=now, last_reply=now, last_flush=now,
+        self.state = LoopState(run_id=registration.run_id, last_heartbeat=now, last_reply=now, last_flush=now,
                                report=RowsReport.for_stats(stepper.env_spec.episode_stats))
 
-    def run(self) -> None:
-        """Run until the learner says stop, a signal arrives, or the learner is gone and the host is stopped.
+    def run(self) -> Registration | None:
+        """Run until the learner says stop, a signal arrives, or the learner is gone and the host is stopped
+        (None), or until it registered again with a learner that runs a different config: that registration
+        is returned, and ``run_host`` builds a new host for it.
 
         An ``EnvFailure`` (an env that cannot run, a worker in a crash loop) propagates: ``run_host``'s BYE
         carries it to the learner as the reason the host left."""
@@ -82,8 +120,15 @@ class ActorHost:
             self._read_control_replies(now)
             self._apply_broadcast()
             if now - self.state.last_reply > self.network.peer_timeout_s and not self.stop.is_set():
-                if not self._register_again():
-                    return
+                registration = self._register_again()
+                if registration is None:
+                    return None
+                if registration.config != self.config:
+                    print(f"actors: the learner at {self.link.learner.url} now runs a different config "
+                          f"({describe_config_change(self.config, registration.config)}): rebuilding this host "
+                          f"for it", flush=True)
+                    return registration
+                self._reconnect(registration)
                 continue
             self._act_on_ready_groups()
             if self.alternation is not None:
@@ -122,15 +167,19 @@ class ActorHost:
         broadcast = self.link.latest_broadcast()
         if broadcast is not None and broadcast.type is MessageType.SHUTDOWN:
             self.stop.request(f"learner: {broadcast.fields['reason']}")
+        elif broadcast is not None and weight_shapes(broadcast.arrays) != self.weight_shapes:
+            LOG.warning("the learner published weights of another model; registering again")
+            self.state.last_reply = 0.0  # a learner restarted with another config: register, then rebuild
         elif broadcast is not None and broadcast.version > self.inference.version:
             self.inference.load(broadcast.version, dict(broadcast.arrays))
 
-    def _register_again(self) -> bool:
-        """The learner went silent or restarted: register, reconnect the streams, take its weights."""
+    def _register_again(self) -> Registration | None:
+        """The learner went silent or restarted: register again (None: told to stop first)."""
         print("actors: learner silent; waiting to register again", flush=True)
-        registration = self.link.register(retry_s=1.0, should_stop=self.stop.is_set)
-        if registration is None:
-            return False
+        return self.link.register(retry_s=1.0, should_stop=self.stop.is_set)
+
+    def _reconnect(self, registration: Registration) -> None:
+        """Registered again with the same config: reconnect the streams and take the learner's weights."""
         self.poller.unregister(self.link.weights)  # open_streams replaces the weights socket
         self.link.open_streams(registration, hwm=self.network.send_queue_messages,
                                buffer_bytes=self.network.socket_buffer_bytes)
@@ -138,7 +187,6 @@ class ActorHost:
         self.inference.load(registration.version, registration.weights)
         self.state.run_id, self.state.last_reply = registration.run_id, time.monotonic()
         print("actors: registered again", flush=True)
-        return True
 
     def _act_on_ready_groups(self) -> None:
         """Decide for the ready groups (one worker's worth per group at most), then wake their workers;

@@ -22,6 +22,8 @@ from protocol.curve import ClientCurve
 from protocol.endpoints import Endpoint, parse_endpoint
 
 LOG = logging.getLogger("sluice.actors.link")
+WAITING_NOTICE_S = 5.0
+"""Seconds between the lines that say the host is still waiting for the learner."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,6 +47,20 @@ class Registration:
     that hands out none)."""
 
 
+def waiting_notice(learner: Endpoint, *, waited_s: float, curve: bool) -> str:
+    """The line an unregistered host prints while no learner answers: where, how long, and what to check."""
+    checks = ["is the learner started?"]
+    if learner.scheme == "tcp":
+        checks.append(f"is {learner.port} the network.port of the learner's config?")
+        if not learner.is_loopback:
+            checks.append(f"does {learner.host}'s firewall let ports {learner.port}-{learner.port + 2} through?")
+    else:
+        checks.append(f"does the learner listen on {learner.url}?")
+    checks.append("with CURVE: --curve-server-key must be that learner's server.key" if curve
+                  else "a learner with CURVE keys needs --curve-server-key and --curve-client-key")
+    return f"actors: waiting for the learner at {learner.url} ... ({waited_s:.0f} s so far; {'; '.join(checks)})"
+
+
 class LearnerRefused(RuntimeError):
     """The learner refused this host (its CURVE key is not allowed); the message says what to do."""
 
@@ -52,7 +68,8 @@ class LearnerRefused(RuntimeError):
 class LearnerLink:
     """Owns the three sockets; used from the host's main thread only."""
 
-    def __init__(self, learner: Endpoint, *, num_workers: int, limits: Limits, curve: ClientCurve | None = None) -> None:
+    def __init__(self, learner: Endpoint, *, num_workers: int, limits: Limits,
+                 curve: ClientCurve | None = None) -> None:
         self.learner = learner
         self.curve = curve
         """CURVE on all three sockets (None: plaintext)."""
@@ -113,11 +130,16 @@ class LearnerLink:
             return None
 
     def register(self, *, retry_s: float, should_stop) -> Registration | None:
-        """Register, retrying until the learner answers; None if ``should_stop()`` becomes true first."""
-        announced = False
+        """Register, retrying until the learner answers; None if ``should_stop()`` becomes true first.
+
+        While no learner answers, a line says every ``WAITING_NOTICE_S`` where the host waits, for how long,
+        and what to check, so a wrong address or port is never a silent wait."""
+        tried = False
+        started = time.monotonic()
+        next_notice = started
         while not should_stop():
             self.send_control(MessageType.REGISTER, {"host": self.name, "num_workers": self.num_workers})
-            deadline = time.monotonic() + (retry_s if announced else 0.2)
+            deadline = time.monotonic() + (retry_s if tried else 0.2)
             while time.monotonic() < deadline and not should_stop():
                 if not self.control.poll(100):
                     continue
@@ -131,11 +153,11 @@ class LearnerLink:
                 if reply.type is MessageType.ERROR:
                     raise RuntimeError(f"learner refused registration: {reply.fields['message']}")
             self._check_not_refused()
-            if not announced:
-                curve = (" (CURVE: --curve-server-key must be that learner's server.key)" if self.curve is not None
-                         else " (a learner with CURVE keys needs --curve-server-key and --curve-client-key)")
-                print(f"actors: waiting for the learner at {self.learner.url} ...{curve}", flush=True)
-                announced = True
+            tried = True
+            now = time.monotonic()
+            if now >= next_notice and not should_stop():
+                print(waiting_notice(self.learner, waited_s=now - started, curve=self.curve is not None), flush=True)
+                next_notice = now + WAITING_NOTICE_S
         return None
 
     def _registration(self, reply: Message) -> Registration:

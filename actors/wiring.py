@@ -7,6 +7,8 @@
 
 ``run_host`` registers with the learner first (the config comes from it), then builds and runs the host;
 everything that must be released (worker processes, shared memory, sockets) is released in reverse order.
+A learner that comes back with a different config (restarted with another ``--config`` on the same port)
+gets a new host: the old one's parts are released and every part is built again for the new config.
 """
 
 from __future__ import annotations
@@ -72,9 +74,9 @@ def run_host(options: HostOptions, stop: StopFlag) -> int:
         link = LearnerLink(options.learner, num_workers=options.num_workers or 0, limits=Limits(), curve=options.curve)
         resources.push(_say_goodbye(link))
         registration = link.register(retry_s=1.0, should_stop=stop.is_set)
-        if registration is None:
-            return 0
-        build_host(registration, link, options=options, stop=stop, resources=resources).run()
+        while registration is not None:  # another registration: the learner now runs a different config
+            with ExitStack() as parts:
+                registration = build_host(registration, link, options=options, stop=stop, resources=parts).run()
         return 0
 
 
@@ -127,7 +129,7 @@ def build_host(registration: Registration, link: LearnerLink, *, options: HostOp
     policy = ", null policy (uniform random actions)" if options.null_policy else ""
     print(f"actors: {layout.workers} workers x {layout.envs_per_worker} envs ({layout.groups} groups) of "
           f"{config.env.name}{policy}, learner {options.learner.url}", flush=True)
-    return ActorHost(link=link, network=config.network, run_id=registration.run_id, workers=workers,
+    return ActorHost(link=link, registration=registration, network=config.network, workers=workers,
                      stepper=stepper, alternation=alternation, poller=poller, stop=stop)
 
 

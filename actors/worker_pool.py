@@ -146,7 +146,7 @@ class WorkerPool:
             try:
                 conn.send_bytes(self.wake_bytes[view.group])
             except (OSError, ValueError):
-                pass  # it died after its step was collected (BrokenPipeError); its pipe's EOF buries it at the next poll
+                pass  # it died after its step was collected (BrokenPipeError): its pipe's EOF is seen next poll
 
     def read_clocks(self) -> tuple[float, float]:
         """Seconds all workers together waited for actions and stepped envs since the last call."""

@@ -115,3 +115,47 @@ def test_an_internal_error_propagates_with_its_traceback(in_process):
     in_process.setattr(wiring, "make_plan", broken)
     with pytest.raises(ValueError, match="an internal bug"):
         main(["--learner", "tcp://127.0.0.1:1"])
+
+
+def test_version_prints_the_package_version():
+    import importlib.metadata
+
+    result = subprocess.run([sys.executable, "-m", "actors", "--version"], cwd=REPO, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"python -m actors {importlib.metadata.version('sluice')}"
+
+
+def test_waiting_notice_names_the_address_time_and_what_to_check():
+    from actors.learner_link import waiting_notice
+    from protocol.endpoints import parse_endpoint
+
+    remote = waiting_notice(parse_endpoint("tcp://10.1.2.3:7000", "--learner"), waited_s=12.4, curve=True)
+    assert remote.startswith("actors: waiting for the learner at tcp://10.1.2.3:7000 ...")
+    assert "12 s so far" in remote and "is 7000 the network.port" in remote
+    assert "ports 7000-7002" in remote and "--curve-server-key must be that learner's server.key" in remote
+    local = waiting_notice(parse_endpoint("tcp://127.0.0.1:7000", "--learner"), waited_s=0, curve=False)
+    assert "firewall" not in local and "needs --curve-server-key and --curve-client-key" in local
+
+
+def test_a_host_without_a_learner_keeps_saying_where_it_waits(tmp_path):
+    from tests.processes import descendants, free_port_triple, kill_tree, shm_segments, start, wait_for
+
+    port = free_port_triple()
+    log = tmp_path / "actors.log"
+    host = start("actors", "--n", "1", "--learner", f"tcp://127.0.0.1:{port}", log=log)
+    try:
+        def waiting_lines() -> list[str]:
+            return [line for line in log.read_text().splitlines() if "waiting for the learner at" in line]
+
+        assert wait_for(lambda: len(waiting_lines()) >= 2, 60), log.read_text()
+        for line in waiting_lines()[:2]:
+            assert line.startswith(f"actors: waiting for the learner at tcp://127.0.0.1:{port} ...")
+            assert " s so far" in line and "is the learner started?" in line
+            assert f"is {port} the network.port of the learner's config?" in line
+        assert waiting_lines()[0] != waiting_lines()[1]  # the time waited moves on
+        host.send_signal(signal.SIGTERM)
+        assert host.wait(timeout=30) == 0, log.read_text()
+        assert not descendants(host.pid) and shm_segments(host.pid) == []
+    finally:
+        kill_tree(host)
