@@ -87,21 +87,90 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -
     if run_path.resolve() != DEFAULTS_PATH:
         _merge(merged, _read_yaml(run_path), source=str(run_path))
     for text in overrides:
-        _merge(merged, parse_override(text), source=f"--set {text}")
+        _apply_override(merged, text)
     return config_from_dict(merged)
 
 
+def shipped_config_names() -> list[str]:
+    """The names of the configs shipped in this package (configs/<name>.yaml), sorted."""
+    return sorted(path.stem for path in CONFIG_DIR.glob("*.yaml"))
+
+
+def resolve_config_path(text: str) -> Path:
+    """``--config``'s value as a file: a path as given, or a bare name (no directory, no .yaml) as the shipped
+    configs/<name>.yaml, found from any working directory; ConfigError listing the shipped names otherwise."""
+    path = Path(text)
+    if path.is_file() or path.parent != Path(".") or path.suffix in (".yaml", ".yml"):
+        return path
+    shipped = CONFIG_DIR / f"{text}.yaml"
+    if shipped.is_file():
+        return shipped
+    raise ConfigError(f"--config {text!r}: no such file and no shipped config of that name; shipped configs: "
+                      f"{', '.join(shipped_config_names())} (or pass a path to a YAML file)")
+
+
 def parse_override(text: str) -> dict[str, dict[str, Any]]:
-    """``section.key=value`` -> nested dict; the value is parsed as YAML (so 3, 0.5, true, null work)."""
+    """``section.key=value`` -> nested dict; the value is parsed as YAML (so 3, 0.5, true, null work).
+    ``section.key.inner=value`` names a key inside a mapping-valued key (env.kwargs.n=6 -> {"env": {"kwargs":
+    {"n": 6}}})."""
+    (section, key, *inner), value = _split_override(text)
+    for name in reversed(inner):
+        value = {name: value}
+    return {section: {key: value}}
+
+
+def _split_override(text: str) -> tuple[list[str], Any]:
+    """``a.b.c=value`` -> (["a", "b", "c"], the value parsed as YAML)."""
     key, sep, raw = text.partition("=")
-    section, dot, name = key.strip().partition(".")
-    if not sep or not dot or not section or not name:
-        raise ConfigError(f"--set {text!r}: expected section.key=value, e.g. --set trainer.batch_size=8192")
+    parts = key.strip().split(".")
+    if not sep or len(parts) < 2 or not all(parts):
+        raise ConfigError(f"--set {text!r}: expected section.key=value, e.g. --set trainer.batch_size=8192 "
+                          f"(or section.key.inner=value inside a mapping, e.g. --set env.kwargs.n=6)")
     try:
         value = yaml.safe_load(raw) if raw.strip() else None
     except yaml.YAMLError as err:
         raise ConfigError(f"--set {text!r}: value {raw!r} is not valid YAML ({err})") from err
-    return {section: {name: value}}
+    return parts, value
+
+
+def _apply_override(merged: dict[str, Any], text: str) -> None:
+    """Lay one ``--set`` over ``merged``: section.key=value replaces the key's value; section.key.inner=value
+    sets one key inside a mapping-valued key (env.kwargs) and keeps its other keys."""
+    source = f"--set {text}"
+    (section, key, *inner), value = _split_override(text)
+    if not inner:
+        _merge(merged, {section: {key: value}}, source=source)
+        return
+    cls = _section_class(section, source)
+    allowed = {f.name for f in dataclasses.fields(cls)}
+    if key not in allowed:
+        raise ConfigError(_unknown(f"{section}.{key}", key, allowed, source))
+    if not _is_mapping_type(typing.get_type_hints(cls)[key]):
+        raise ConfigError(f"{source}: '{section}.{key}' is not a mapping, so it has no keys inside it; "
+                          f"keys that hold a mapping: {', '.join(_mapping_keys())}")
+    current = dict((merged.get(section) or {}).get(key) or {})
+    _merge(merged, {section: {key: _set_inside(current, inner, value, f"{section}.{key}", source)}}, source=source)
+
+
+def _set_inside(mapping: dict[str, Any], path: Sequence[str], value: Any, dotted: str, source: str) -> dict[str, Any]:
+    """A copy of ``mapping`` with ``value`` at the key path ``path`` (missing mappings on the way are made)."""
+    head, *rest = path
+    if not rest:
+        return {**mapping, head: value}
+    inner = mapping.get(head, {})
+    if not isinstance(inner, Mapping):
+        raise ConfigError(f"{source}: '{dotted}.{head}' is {inner!r}, not a mapping, so it has no keys inside it")
+    return {**mapping, head: _set_inside(dict(inner), rest, value, f"{dotted}.{head}", source)}
+
+
+def _is_mapping_type(hint: Any) -> bool:
+    return (typing.get_origin(hint) or hint) is dict
+
+
+def _mapping_keys() -> list[str]:
+    """Every section.key whose value is a mapping (the keys --set section.key.inner=value can reach into)."""
+    return [f"{name}.{f}" for name, cls in SECTIONS.items()
+            for f, hint in typing.get_type_hints(cls).items() if _is_mapping_type(hint)]
 
 
 def config_from_dict(data: Mapping[str, Any], *, source: str = "config") -> RunConfig:

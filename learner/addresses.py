@@ -64,4 +64,5 @@ def binding(address: Endpoint) -> Iterator[None]:
         yield
     except zmq.ZMQError as err:
         raise AddressError(f"cannot bind {address.url}: {err.strerror} (another learner on these ports? "
-                           f"network.port uses it and the next two)") from err
+                           f"the learner binds network.port and the next two; choose free ones with "
+                           f"--set network.port=PORT)") from err

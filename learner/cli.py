@@ -3,39 +3,58 @@
 Errors are told apart by type. The user's (``USER_ERRORS``: config, batch plan, run directory, addresses, an
 env the config cannot build) print one line, ``python -m learner: error: ...``, and exit 2. Anything else
 propagates with its traceback: a bug in the learner, or ``EnvRaised`` (the user's env raised while its spec
-was read; the traceback from the child process that built it is the exception's cause).
+was read; the traceback from the child process that built it is the exception's cause). A run a stop rule
+finished exits 0, one a signal stopped 128 + the signal (``EXIT_CODES_HELP``).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import logging
 import sys
+import tomllib
+from contextlib import nullcontext
 from pathlib import Path
 
-from configs.loader import ConfigError, load_config
+import yaml
+
+from configs.loader import ConfigError, config_to_dict, load_config, resolve_config_path
 from configs.plan import PlanError, format_plan, make_plan
 from envs.errors import EnvConfigError
 from learner.addresses import AddressError, learner_curve
 from protocol.bind_rule import InsecureEndpointError
 from protocol.curve import CurveKeyError
-from learner.run_dir import RunDirError, new_run_dir, resume_config
+from learner.run_dir import RunDirError, check_resumable, fresh_run_dir, resume_config, schedule_jump_warning
 
 USER_ERRORS = (ConfigError, PlanError, RunDirError, AddressError, EnvConfigError, CurveKeyError,
                InsecureEndpointError)
 """What the user asked for cannot be done as asked: one line and exit 2, no traceback."""
 
 
+EXIT_CODES_HELP = """exit codes:
+  0    the run finished: a stop rule (trainer.total_timesteps, trainer.target_episode_return) ended it
+  1    a bug in the learner, or the env raised (with its traceback)
+  2    a usage error (config, run directory, addresses, env config): one line on stderr
+  130  stopped by SIGINT (Ctrl-C), 143 stopped by SIGTERM: after the same clean shutdown and final checkpoint;
+       continue with --resume --run-dir DIR"""
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The learner's command line."""
     parser = argparse.ArgumentParser(prog="python -m learner", description="Sluice learner: binds, trains PPO, "
-                                     "publishes weights, checkpoints. Actor hosts connect with python -m actors.")
-    parser.add_argument("--config", type=Path, default=None,
-                        help="run config YAML laid over configs/defaults.yaml (default: configs/cartpole.yaml)")
+                                     "publishes weights, checkpoints. Actor hosts connect with python -m actors.",
+                                     epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
+    parser.add_argument("--config", default=None, metavar="NAME_OR_FILE",
+                        help="run config laid over configs/defaults.yaml: a shipped config's name (cartpole, "
+                             "selfplay_connect4, ...) or a YAML file's path (default: cartpole)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="override one config value (repeatable)")
     parser.add_argument("--plan", action="store_true", help="print the batch plan and exit")
+    parser.add_argument("--print-config", action="store_true",
+                        help="print the resolved config (defaults, --config, --set) as YAML and exit")
     parser.add_argument("--json", action="store_true", help="with --plan: print it as one JSON object")
     parser.add_argument("--run-dir", type=Path, default=None, help="run directory (default: runs/<name>-<time>)")
     parser.add_argument("--resume", action="store_true", help="continue the run in --run-dir from its last checkpoint")
@@ -56,6 +75,15 @@ def build_parser() -> argparse.ArgumentParser:
                       help="selfplay.opponent_pool_beta (smaller = more weight on the newest snapshots)")
     pool.add_argument("--opponent-pool-exploration", type=float, metavar="EPS", help="selfplay.opponent_pool_exploration")
     return parser
+
+
+def package_version() -> str:
+    """The installed sluice package's version, or pyproject.toml's in a source tree that is not installed."""
+    try:
+        return importlib.metadata.version("sluice")
+    except importlib.metadata.PackageNotFoundError:
+        pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+        return tomllib.loads(pyproject.read_text())["project"]["version"]
 
 
 def curve_overrides(args: argparse.Namespace) -> list[str]:
@@ -94,23 +122,32 @@ def main(argv: list[str] | None = None) -> int:
                 return _fail("--resume takes the config saved in --run-dir; drop --config (use --set to override)")
             config = resume_config(args.run_dir, args.overrides)
         else:
-            config = load_config(args.config, args.overrides)
+            config = load_config(None if args.config is None else resolve_config_path(args.config), args.overrides)
         plan = make_plan(config.trainer, num_agents=config.env.num_agents)
-        curve = None if args.plan else learner_curve(config.network, insecure=args.insecure)
+        if args.print_config:
+            print(yaml.safe_dump(config_to_dict(config), sort_keys=False), end="")
+            return 0
+        if args.plan:
+            print(json.dumps(plan.as_dict()) if args.json else format_plan(plan))
+            return 0
+        curve = learner_curve(config.network, insecure=args.insecure)
+        if args.resume:
+            check_resumable(args.run_dir)
+            warning = schedule_jump_warning(args.run_dir, config)
+            if warning is not None:
+                print(f"python -m learner: warning: {warning}", file=sys.stderr, flush=True)
     except USER_ERRORS as err:
         return _fail(str(err))
-    if args.plan:
-        print(json.dumps(plan.as_dict()) if args.json else format_plan(plan))
-        return 0
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     # Heavy imports only when training (the plan needs none of them).
     from learner.trainer import Learner, install_signal_handlers
 
     try:
-        run_dir = args.run_dir if args.resume else new_run_dir(config, args.run_dir)
-        learner = Learner(config, run_dir, resume=args.resume, curve=curve)
-        install_signal_handlers(learner)
-        return learner.run()
+        # A fresh start that fails before training (a port in use) removes the run directory it made.
+        with nullcontext(args.run_dir) if args.resume else fresh_run_dir(config, args.run_dir) as run_dir:
+            learner = Learner(config, run_dir, resume=args.resume, curve=curve)
+            install_signal_handlers(learner)
+            return learner.run()
     except USER_ERRORS as err:
         return _fail(str(err))
 

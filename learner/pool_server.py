@@ -9,8 +9,8 @@ standalone on its own ROUTER socket for a pool served apart from the learner:
 with ``sample_opponents`` (all envs share one draw when ``per_env_opponent_sampling`` is false) and answers
 OPPONENTS compactly, O(distinct snapshots + num_envs) bytes: ``digests`` and ``indices`` name each distinct
 snapshot drawn once (its sha256 and pool index), and the uint16 array ``env_opponent`` gives each env the
-position of its opponent in ``digests`` (plus ``alternation`` and ``num_snapshots``). GET_SNAPSHOT {digest} answers SNAPSHOT with the
-snapshot's verified safetensors bytes as the uint8 array ``file``, so the host can check them against the
+position of its opponent in ``digests`` (plus ``alternation`` and ``num_snapshots``). GET_SNAPSHOT {digest}
+answers SNAPSHOT with the snapshot's verified safetensors bytes as the uint8 array ``file``, so the host can check them against the
 digest before parsing them. Nothing is unpickled anywhere.
 """
 
@@ -165,7 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         curve = server_curve_for(parse_endpoint(args.bind, "--bind"), secret_key=args.curve_secret_key,
                                  allowed_clients=args.curve_allowed_clients, insecure=args.insecure,
-                                 who="the pool server", key_options="--curve-secret-key FILE --curve-allowed-clients DIR")
+                                 who="the pool server",
+                                 key_options="--curve-secret-key FILE --curve-allowed-clients DIR")
     except (ValueError, CurveKeyError, InsecureEndpointError) as err:
         print(f"python -m learner.pool_server: error: {err}", file=sys.stderr)
         return 2

@@ -80,6 +80,8 @@ class Learner:
             self.algorithm.load_state_dict(checkpoint.learned)
         self.stop = threading.Event()
         self.stop_reason = ""
+        self.exit_code = 0
+        """What run() returns: 0 when a stop rule finished the run, 128 + the signal's number when one stopped it."""
         self.pool: PoolService | None = None
         self.metrics: MetricsLog | None = None
 
@@ -97,10 +99,12 @@ class Learner:
         save_checkpoint(self.run_dir, learned=self.algorithm.state_dict(), state=self.state,
                         keep=self.config.run.keep_checkpoints)
 
-    def request_stop(self, reason: str) -> None:
-        """Ask the main loop to finish (signal handlers call this)."""
+    def request_stop(self, reason: str, *, exit_code: int = 0) -> None:
+        """Ask the main loop to finish (stop rules and signal handlers call this); the first request's reason and
+        exit code stand."""
         if not self.stop.is_set():
             self.stop_reason = reason
+            self.exit_code = exit_code
             self.stop.set()
 
     def run(self) -> int:
@@ -145,7 +149,7 @@ class Learner:
                 self.zap.stop()
             context.term()
             self.metrics.close()
-        return 0
+        return self.exit_code
 
     def _bind(self, context: zmq.Context,
               threads_stop: threading.Event) -> tuple[ControlServer, Ingest, WeightsPublisher]:
@@ -287,8 +291,9 @@ class Learner:
 
 
 def install_signal_handlers(learner: Learner) -> None:
-    """SIGINT/SIGTERM ask the learner to stop cleanly."""
+    """SIGINT/SIGTERM ask the learner to stop cleanly; the process then exits with 128 + the signal's number (130,
+    143), the shell's convention for a process a signal ended, so an interrupted run is told from a finished one."""
     def handler(signum: int, _frame: object) -> None:
-        learner.request_stop(f"{signal.Signals(signum).name} received")
+        learner.request_stop(f"{signal.Signals(signum).name} received", exit_code=128 + signum)
     signal.signal(signal.SIGINT, handler)
     signal.signal(signal.SIGTERM, handler)

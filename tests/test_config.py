@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
+import yaml
 
-from configs.loader import ConfigError, load_config, parse_override
+from configs.loader import ConfigError, config_to_dict, load_config, parse_override, shipped_config_names
 from configs.plan import PlanError, make_plan
 from configs.schema import RunConfig
-from learner.cli import build_parser, main, selfplay_overrides
+from learner.cli import build_parser, main, package_version, selfplay_overrides
 from learner.run_dir import RunDirError, new_run_dir, resume_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -367,3 +370,66 @@ def test_seed_selfplay_flags_map_to_the_selfplay_section(capsys):
     assert "selfplay.enabled needs env.num_agents >= 2" in err
     with pytest.raises(ConfigError, match="selfplay.enabled needs model.core: mlp"):
         load_config(REPO / "configs/selfplay_connect4.yaml", ["model.core=lstm"])
+
+
+# ---------------------------------------------------------------- nested --set, config names, --print-config, --version
+
+
+def test_set_reaches_inside_a_mapping_valued_key(tmp_path):
+    assert parse_override("env.kwargs.n=6") == {"env": {"kwargs": {"n": 6}}}
+    run = write(tmp_path, "env:\n  name: native\n  entry_point: a:b\n  kwargs: {size: 3, track: {height: 2}}\n")
+    config = load_config(run, ["env.kwargs.n=6", "env.kwargs.track.width=4"])
+    assert config.env.kwargs == {"size": 3, "n": 6, "track": {"height": 2, "width": 4}}  # other keys kept
+    assert load_config(run, ["env.kwargs={n: 6}"]).env.kwargs == {"n": 6}  # a whole mapping still replaces
+    assert load_config(DEFAULTS, ["env.kwargs.a.b=x"]).env.kwargs == {"a": {"b": "x"}}
+
+
+def test_set_inside_a_key_that_is_not_a_mapping_is_an_error():
+    assert config_error("env.num_agents.x=1") == ("--set env.num_agents.x=1: 'env.num_agents' is not a mapping, so it "
+                                                  "has no keys inside it; keys that hold a mapping: env.kwargs")
+    err = config_error("env.kwargs.n=6", "env.kwargs.n.m=1")
+    assert "'env.kwargs.n' is 6, not a mapping" in err
+    assert "unknown key 'env.kwarg'" in config_error("env.kwarg.n=6")
+    assert "unknown section 'nv'" in config_error("nv.kwargs.n=6")
+
+
+def test_a_config_name_finds_the_shipped_file_from_any_directory(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "learner", "--config", "selfplay_connect4", "--print-config"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert yaml.safe_load(done.stdout) == config_to_dict(load_config(REPO / "configs" / "selfplay_connect4.yaml"))
+
+
+def test_an_unknown_config_name_lists_the_shipped_ones(capsys):
+    assert {"cartpole", "selfplay_connect4", "grid_3agents"} <= set(shipped_config_names())
+    err = cli_error(capsys, ["--config", "cartpol", "--plan"])
+    assert "--config 'cartpol': no such file and no shipped config of that name" in err
+    assert f"shipped configs: {', '.join(shipped_config_names())}" in err
+    err = cli_error(capsys, ["--config", "missing/run.yaml", "--plan"])
+    assert "config file not found: missing/run.yaml" in err
+
+
+def test_print_config_prints_the_resolved_config_as_yaml(capsys, tmp_path):
+    run = write(tmp_path, "trainer:\n  gamma: 0.9\n")
+    assert main(["--config", str(run), "--set", "env.kwargs.n=6", "--print-config"]) == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed == config_to_dict(load_config(run, ["env.kwargs.n=6"]))
+    assert printed["trainer"]["gamma"] == 0.9 and printed["env"]["kwargs"] == {"n": 6}
+
+
+def test_version_prints_the_package_version(capsys, monkeypatch):
+    pyproject_version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    try:
+        expected = importlib.metadata.version("sluice")
+    except importlib.metadata.PackageNotFoundError:
+        expected = pyproject_version
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out == f"python -m learner {expected}\n"
+
+    def not_installed(name: str) -> str:
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", not_installed)
+    assert package_version() == pyproject_version

@@ -64,7 +64,7 @@ def test_sigterm_to_learner_stops_everything_cleanly(run):
     run.note_workers(actors)
     assert wait_for(lambda: len(metrics(run.run_dir)) >= 3, 120)
     learner.send_signal(signal.SIGTERM)
-    assert learner.wait(timeout=30) == 0
+    assert learner.wait(timeout=30) == 143  # 128 + SIGTERM: stopped, not finished
     assert actors.wait(timeout=30) == 0, run.log("actors.log")
     assert "stopped (learner: SIGTERM received)" in run.log("actors.log")
     last = metrics(run.run_dir)[-1]["update"]
@@ -84,7 +84,7 @@ def test_ctrl_c_on_actor_host_reaps_workers_and_shared_memory(run):
     assert wait_for(lambda: all(not alive(pid) for pid in workers), 5)
     assert learner.poll() is None, "the learner must keep running when an actor host leaves"
     learner.send_signal(signal.SIGINT)
-    assert learner.wait(timeout=30) == 0
+    assert learner.wait(timeout=30) == 130  # 128 + SIGINT
     run.assert_clean()
 
 
@@ -160,6 +160,6 @@ def test_malformed_messages_are_rejected_and_counted(run):
     assert wait_for(lambda: metrics(run.run_dir)[-1]["messages_dropped"] >= 2, 60)
     assert learner.poll() is None
     learner.send_signal(signal.SIGTERM)
-    assert learner.wait(timeout=30) == 0
+    assert learner.wait(timeout=30) == 143
     assert actors.wait(timeout=30) == 0
     run.assert_clean()

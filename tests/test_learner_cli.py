@@ -4,6 +4,7 @@ or the user's env raising while its spec is read, propagates with its traceback.
 from __future__ import annotations
 
 import inspect
+import os
 import signal
 import socket
 import subprocess
@@ -14,9 +15,12 @@ import pytest
 import torch
 
 import learner.trainer
+from configs.loader import load_config
+from learner.checkpoint import TrainerState, list_checkpoints, save_checkpoint
 from learner.cli import main
+from learner.run_dir import new_run_dir
 from tests import faulty_envs
-from tests.processes import REPO, free_port_triple
+from tests.processes import REPO, free_port_triple, kill_tree, start, wait_for
 
 CARTPOLE = str(REPO / "configs" / "cartpole.yaml")
 
@@ -76,9 +80,11 @@ def test_a_port_in_use_is_one_line_and_exit_2(tmp_path, capsys):
         taken.bind(("127.0.0.1", port + 1))
         taken.listen()
         assert main(learner_args(tmp_path, f"network.port={port}")) == 2
-    assert f"cannot bind tcp://127.0.0.1:{port + 1}: Address already in use" in one_line_error(capsys)
-    # nothing of a run was written: the same --run-dir can be used again
-    assert not (tmp_path / "run" / "metrics.jsonl").exists()
+    err = one_line_error(capsys)
+    assert f"cannot bind tcp://127.0.0.1:{port + 1}: Address already in use" in err
+    assert "--set network.port=PORT" in err
+    # the run directory this start made is gone again: the same --run-dir can be used again
+    assert not (tmp_path / "run").exists()
 
 
 def test_an_env_that_raises_in_its_constructor_shows_the_users_file_and_line(tmp_path):
@@ -92,3 +98,92 @@ def test_an_env_that_raises_in_its_constructor_shows_the_users_file_and_line(tmp
     assert "python -m learner: error" not in done.stderr
     assert f"EnvRaised: env 'native:{entry_point}' raised in make(): KeyError('height')" in done.stderr
     assert f'faulty_envs.py", line {line}, in __init__' in done.stderr
+
+
+def test_a_port_in_use_leaves_no_run_dir_and_the_same_command_starts_once_it_is_free(tmp_path):
+    args = learner_args(tmp_path)
+    port = int(args[args.index("--set") + 1].split("=")[1])
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", port))
+        taken.listen()
+        refused = subprocess.run([sys.executable, "-m", "learner", *args], cwd=REPO, capture_output=True, text=True,
+                                 timeout=120)
+    assert refused.returncode == 2, refused.stderr
+    error_lines = [line for line in refused.stderr.splitlines() if line.startswith("python -m learner: error: ")]
+    assert len(error_lines) == 1 and "Traceback" not in refused.stderr, refused.stderr
+    assert f"cannot bind tcp://127.0.0.1:{port}: Address already in use" in error_lines[0]
+    assert "--set network.port=PORT" in error_lines[0]
+    assert not (tmp_path / "run").exists()
+
+    log = tmp_path / "learner.log"
+    learner_proc = start("learner", *args, log=log)
+    try:
+        assert wait_for(lambda: "listening on" in log.read_text(), 120), log.read_text()
+        learner_proc.send_signal(signal.SIGINT)
+        assert learner_proc.wait(timeout=60) == 128 + signal.SIGINT == 130, log.read_text()
+    finally:
+        kill_tree(learner_proc)
+    assert "stopped (SIGINT received)" in log.read_text()
+    assert list_checkpoints(tmp_path / "run")  # the same final checkpoint as before: --resume continues it
+
+
+def test_resume_of_a_run_without_a_checkpoint_is_an_error_naming_it(tmp_path, capsys):
+    run_dir = new_run_dir(load_config(CARTPOLE), tmp_path / "run")
+    assert main(["--resume", "--run-dir", str(run_dir), "--set", f"network.port={free_port_triple()}"]) == 2
+    err = one_line_error(capsys)
+    assert f"cannot resume: {run_dir} has no checkpoint" in err and "--run-dir" in err
+    assert not (run_dir / "metrics.jsonl").exists()  # nothing was started afresh
+
+
+def checkpointed_run(tmp_path: Path, update: int) -> Path:
+    """A cartpole run directory with one checkpoint taken after ``update`` updates."""
+    config = load_config(CARTPOLE)
+    run_dir = new_run_dir(config, tmp_path / "run")
+    trainer = learner.trainer.Learner(config, run_dir, resume=False)
+    save_checkpoint(run_dir, learned=trainer.algorithm.state_dict(), state=TrainerState(update=update), keep=3)
+    return run_dir
+
+
+def resume_with_port_taken(run_dir: Path, *overrides: str) -> None:
+    """``--resume`` of ``run_dir`` that stops at binding (its control port is taken): exit 2."""
+    port = free_port_triple()
+    args = ["--resume", "--run-dir", str(run_dir), "--set", f"network.port={port}"]
+    for item in overrides:
+        args += ["--set", item]
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", port))
+        taken.listen()
+        assert main(args) == 2
+
+
+def test_resume_with_another_total_timesteps_warns_that_the_schedules_jump(tmp_path, capsys):
+    # cartpole: 3,000,000 // 8192 = 366 updates in all; 6,000,000 // 8192 = 732
+    run_dir = checkpointed_run(tmp_path, update=183)
+    resume_with_port_taken(run_dir, "trainer.total_timesteps=6000000")
+    err = capsys.readouterr().err
+    warning = next(line for line in err.splitlines() if line.startswith("python -m learner: warning: "))
+    assert "trainer.total_timesteps 6,000,000" in warning and "saved 3,000,000" in warning
+    assert "learning rate, entropy and clip schedules jump" in warning
+    assert "was 50.0% of the old total (366 updates) and is 25.0% of the new one (732 updates)" in warning
+    assert list_checkpoints(run_dir)  # a failed resume leaves the run as it was
+
+    resume_with_port_taken(run_dir)
+    assert "warning" not in capsys.readouterr().err
+
+
+def test_exit_codes_are_in_the_help(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["--help"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    assert "130  stopped by SIGINT" in out and "143 stopped by SIGTERM" in out and "0    the run finished" in out
+
+
+def test_request_stop_keeps_the_first_reason_and_exit_code(tmp_path):
+    trainer = learner.trainer.Learner(load_config(CARTPOLE), tmp_path, resume=False)
+    learner.trainer.install_signal_handlers(trainer)
+    os.kill(os.getpid(), signal.SIGTERM)
+    assert wait_for(trainer.stop.is_set, 5)
+    assert (trainer.stop_reason, trainer.exit_code) == ("SIGTERM received", 143)
+    trainer.request_stop("total_timesteps reached")
+    assert (trainer.stop_reason, trainer.exit_code) == ("SIGTERM received", 143)
