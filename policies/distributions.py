@@ -95,6 +95,14 @@ class ActionDistribution:
         actions = picks[0] if self.space.kind == "discrete" else torch.stack(picks, dim=-1)
         return actions.to(torch.int32), logprob
 
+    def mode(self, params: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """The most probable actions [n, *space.shape]: per-component argmax of the masked logits, or the mean."""
+        if self.continuous:
+            return params[..., :self.dims].to(torch.float32)
+        picks = [logp.argmax(dim=-1) for logp in self._log_probs(params, mask)]
+        actions = picks[0] if self.space.kind == "discrete" else torch.stack(picks, dim=-1)
+        return actions.to(torch.int32)
+
     def log_prob(self, params: torch.Tensor, mask: torch.Tensor | None, actions: torch.Tensor) -> torch.Tensor:
         """log pi(actions) [...] for params [..., param_size] and actions [..., *space.shape]."""
         if self.continuous:

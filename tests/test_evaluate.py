@@ -1,0 +1,160 @@
+"""`python -m learner.evaluate` and `learner.load_policy` on run directories holding a freshly initialised policy."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import imageio.v2 as imageio
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from configs.loader import config_to_dict, load_config
+from envs.registry import env_spec
+from learner.checkpoint import LearnedState, TrainerState, save_checkpoint
+from learner.evaluate import main
+from learner.load_policy import LoadPolicyError, load_policy
+from policies.factory import make_policy
+
+REPO = Path(__file__).resolve().parents[1]
+def read_frames(video: Path) -> list[np.ndarray]:
+    """Every frame of an mp4, read back through imageio's ffmpeg plugin."""
+    with imageio.get_reader(str(video)) as reader:
+        return list(reader.iter_data())
+
+
+SUMMARY = re.compile(r"mean return (-?[\d.]+) \+- ([\d.]+) \(95% CI\) over (\d+) episodes, mean length ([\d.]+)")
+
+
+def make_run_dir(run_dir: Path, overrides: list[str], updates: tuple[int, ...] = (3,), *, seed: int = 0) -> Path:
+    """A run directory as the learner leaves it: config.yaml and checkpoints of a freshly initialised policy."""
+    config = load_config(None, overrides)
+    run_dir.mkdir(parents=True)
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(config_to_dict(config), sort_keys=False))
+    torch.manual_seed(seed)
+    policy = make_policy(env_spec(config.env), config.model)
+    for update in updates:
+        save_checkpoint(run_dir, learned=LearnedState(modules={"model": policy.state_dict()}, optimizers={}),
+                        state=TrainerState(update=update), keep=10)
+    return run_dir
+
+
+CARTPOLE = ["env.name=cartpole", "env.max_steps=30"]
+
+
+@pytest.fixture
+def cartpole_run(tmp_path: Path) -> Path:
+    return make_run_dir(tmp_path / "run", CARTPOLE, updates=(3, 5))
+
+
+def evaluate(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_load_policy_reads_config_weights_and_update(cartpole_run: Path) -> None:
+    loaded = load_policy(cartpole_run)
+    assert loaded.update == 5
+    assert not loaded.policy.training
+    assert loaded.config.env.name == "cartpole" and loaded.spec.obs_shape == (4,)
+    torch.manual_seed(0)
+    fresh = make_policy(loaded.spec, loaded.config.model)
+    for name, value in fresh.state_dict().items():
+        assert torch.equal(loaded.policy.state_dict()[name], value), name
+    assert load_policy(cartpole_run, 3).update == 3
+
+
+def test_evaluate_prints_mean_ci_episodes_and_length(cartpole_run: Path, capsys) -> None:
+    code, out, _ = evaluate(capsys, "--run-dir", str(cartpole_run), "--episodes", "3", "--seed", "1")
+    assert code == 0
+    match = SUMMARY.search(out)
+    assert match, out
+    mean, half_width, episodes, length = match.groups()
+    assert int(episodes) == 3
+    assert 1 <= float(mean) <= 30 and 1 <= float(length) <= 30  # cartpole's reward is 1 per step, time limit 30
+    assert float(half_width) >= 0
+
+
+def test_deterministic_runs_are_repeatable(cartpole_run: Path, capsys) -> None:
+    first = evaluate(capsys, "--run-dir", str(cartpole_run), "--episodes", "3", "--deterministic", "--seed", "4")
+    second = evaluate(capsys, "--run-dir", str(cartpole_run), "--episodes", "3", "--deterministic", "--seed", "4")
+    assert first[0] == 0 and SUMMARY.search(first[1])
+    assert first[1] == second[1]
+
+
+def test_video_of_cartpole_is_a_readable_mp4(cartpole_run: Path, tmp_path: Path, capsys) -> None:
+    video = tmp_path / "out.mp4"
+    code, out, _ = evaluate(capsys, "--run-dir", str(cartpole_run), "--episodes", "3", "--video", str(video))
+    assert code == 0 and SUMMARY.search(out)
+    written = int(re.search(r"wrote (\d+) frames", out).group(1))
+    assert written > 0 and video.stat().st_size > 0
+    frames = read_frames(video)
+    assert len(frames) == written
+    assert frames[0].shape == (240, 384, 3)
+
+
+@pytest.mark.parametrize("env_overrides", [
+    ["env.name=gridworld", "env.num_agents=3", "env.max_steps=12", "model.core=lstm"],
+    ["env.name=connect_four", "env.num_agents=2"],
+], ids=["gridworld-lstm", "connect_four"])
+def test_multi_agent_recurrent_and_masked_envs_with_video(tmp_path: Path, capsys, env_overrides: list[str]) -> None:
+    run_dir = make_run_dir(tmp_path / "run", env_overrides)
+    video = tmp_path / "out.mp4"
+    code, out, err = evaluate(capsys, "--run-dir", str(run_dir), "--episodes", "4", "--video", str(video))
+    assert code == 0, err
+    assert int(SUMMARY.search(out).group(3)) == 4
+    assert len(read_frames(video)) > 0
+
+
+def test_missing_run_dir_is_one_line_error(tmp_path: Path, capsys) -> None:
+    code, out, err = evaluate(capsys, "--run-dir", str(tmp_path / "nope"))
+    assert code == 2 and out == ""
+    assert err.strip().splitlines() == [f"python -m learner.evaluate: error: run directory {tmp_path / 'nope'} "
+                                        f"does not exist"]
+
+
+def test_run_without_checkpoint_is_an_error(cartpole_run: Path, tmp_path: Path, capsys) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "config.yaml").write_text((cartpole_run / "config.yaml").read_text())
+    code, _, err = evaluate(capsys, "--run-dir", str(empty))
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert err.startswith("python -m learner.evaluate: error: ") and "has no checkpoint" in err
+
+
+def test_absent_checkpoint_lists_available_ones(cartpole_run: Path, capsys) -> None:
+    code, _, err = evaluate(capsys, "--run-dir", str(cartpole_run), "--checkpoint", "4")
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "checkpoint 4 not found" in err and err.strip().endswith("available: 3, 5")
+    with pytest.raises(LoadPolicyError, match="available: 3, 5"):
+        load_policy(cartpole_run, 4)
+
+
+def test_video_of_an_env_it_cannot_draw_is_an_error(tmp_path: Path, capsys) -> None:
+    run_dir = make_run_dir(tmp_path / "run", ["env.name=probe_memory"])
+    code, _, err = evaluate(capsys, "--run-dir", str(run_dir), "--video", str(tmp_path / "v.mp4"))
+    assert code == 2 and "allowed envs: 'cartpole', 'gridworld', 'connect_four'" in err
+
+
+def test_module_runs_as_a_command(cartpole_run: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "learner.evaluate", "--run-dir", str(cartpole_run),
+                           "--episodes", "2"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert SUMMARY.search(done.stdout)
+    assert np.isfinite(float(SUMMARY.search(done.stdout).group(1)))
+
+
+def test_mode_is_the_most_probable_legal_action() -> None:
+    from envs.spaces import ActionSpace
+    from policies.distributions import ActionDistribution
+
+    distribution = ActionDistribution(ActionSpace.discrete(3))
+    params = torch.tensor([[0.0, 5.0, 1.0], [0.0, 5.0, 1.0]])
+    mask = torch.tensor([[1, 1, 1], [1, 0, 1]], dtype=torch.uint8)
+    assert distribution.mode(params, mask).tolist() == [1, 2]
+    assert distribution.mode(params, mask).dtype == torch.int32
