@@ -2,7 +2,8 @@
 
 A resumed run continues from its last checkpoint, so the records a crashed run wrote after that checkpoint are
 written again: opening the log drops every record newer than the update it resumes from (and a torn last line),
-rewriting the file atomically (temp file, fsync, rename), so each update appears once.
+rewriting the file atomically (temp file, fsync, rename), so each update appears once. The same records go to
+TensorBoard event files in run_dir/tensorboard/ (learner/tensorboard_log.py), purged the same way on resume.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import os
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from learner.tensorboard_log import STEP_KEY, TensorBoardLog
 
 LOG = logging.getLogger("sluice.learner")
 
@@ -46,6 +49,16 @@ def drop_records_after(path: Path, update: int) -> int:
     return len(lines) - len(kept)
 
 
+def last_record(path: Path) -> dict[str, Any] | None:
+    """The last whole record of the metrics file at ``path`` (None without one)."""
+    if not path.exists():
+        return None
+    for line in reversed(path.read_text().splitlines()):
+        if _update_of(line) is not None:
+            return json.loads(line)
+    return None
+
+
 def _update_of(line: str) -> int | None:
     """The ``update`` of one metrics.jsonl line, None if it is not a whole record."""
     try:
@@ -57,19 +70,23 @@ def _update_of(line: str) -> int | None:
 
 
 class MetricsLog:
-    """Appends one JSON line per update and prints a short progress line."""
+    """Appends one JSON line per update (and its TensorBoard scalars) and prints a short progress line."""
 
-    def __init__(self, path: Path, *, resumed_at_update: int = 0) -> None:
+    def __init__(self, path: Path, *, resumed_at_update: int = 0, tensorboard_dir: Path | None = None) -> None:
+        """``tensorboard_dir``: where the event files go (default: tensorboard/ beside the metrics file)."""
         self.path = path
         dropped = drop_records_after(path, resumed_at_update)
         if dropped:
             LOG.info("%s: dropped %d records newer than update %d (they are written again)", path, dropped,
                      resumed_at_update)
+        self.tensorboard = TensorBoardLog(tensorboard_dir or path.parent / "tensorboard",
+                                          purge_step=_purge_step(path, resumed_at_update))
         self.file = path.open("a", buffering=1)
 
     def write(self, record: dict[str, Any]) -> None:
         """Log one update."""
         self.file.write(json.dumps({k: _clean(v) for k, v in record.items()}) + "\n")
+        self.tensorboard.write(record)
         ret = record.get("episode_return_mean")
         ret_text = "   n/a" if ret is None else f"{ret:6.1f}"
         if record.get("win_rate") is not None:  # self-play: against the pool, over the last 100 episodes
@@ -86,3 +103,14 @@ class MetricsLog:
     def close(self) -> None:
         """Flush and close."""
         self.file.close()
+        self.tensorboard.close()
+
+
+def _purge_step(path: Path, resumed_at_update: int) -> int | None:
+    """TensorBoard's purge_step for a run resumed at ``resumed_at_update`` (None for a fresh run): one past the
+    agent steps of the last record kept, so the events written after the checkpoint are hidden."""
+    if resumed_at_update <= 0:
+        return None
+    kept = last_record(path)
+    step = None if kept is None else kept.get(STEP_KEY)
+    return step + 1 if isinstance(step, int) else 0

@@ -38,6 +38,7 @@ from learner.senders import SenderRegistry
 from learner.metrics_log import MetricsLog
 from learner.metrics_record import Lap, RunClock, metrics_record, outcome_rates
 from learner.ppo_algorithm import PPO
+from learner.run_record import write_run_record
 from learner.stop_rules import check_stop_rules
 from learner.weights import WeightsPublisher
 from policies.factory import state_arrays
@@ -120,6 +121,7 @@ class Learner:
                 self.zap.stop()
             context.destroy(linger=0)
             raise
+        console = write_run_record(self.run_dir)  # provenance: command, git commit, versions, console.log
         self.metrics = MetricsLog(self.run_dir / "metrics.jsonl", resumed_at_update=self.state.update)
         policy = self.algorithm.policy
         ingest.policy_version = self.state.policy_version
@@ -149,6 +151,7 @@ class Learner:
                 self.zap.stop()
             context.term()
             self.metrics.close()
+            console.close()
         return self.exit_code
 
     def _bind(self, context: zmq.Context,
