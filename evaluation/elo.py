@@ -39,9 +39,9 @@ import numpy as np
 import torch
 
 from envs.registry import env_spec
-from configs.loader import ConfigError, load_config
 from configs.schema import RunConfig
 from evaluation.arena import MatchOutcome, OnePlyPlayer, Player, PolicyPlayer, RandomPlayer, play_match
+from learner.run_dir import RunDirError, read_run_config
 from learner.pool import INDEX_NAME, Snapshot, SnapshotStore, SnapshotStoreError
 from evaluation.ratings import MatchResults, fit_ratings, plot_elo_over_snapshots, plot_win_rate_heatmap, write_tables
 
@@ -149,15 +149,11 @@ def _check_args(args: argparse.Namespace) -> None:
 
 
 def _load_run_config(run_dir: Path) -> RunConfig:
-    if not run_dir.is_dir():
-        raise EloError(f"run directory {run_dir} does not exist")
-    path = run_dir / "config.yaml"
-    if not path.is_file():
-        raise EloError(f"{path} does not exist (is {run_dir} a run directory?)")
     try:
-        config = load_config(path)
-    except ConfigError as err:
-        raise EloError(f"cannot read the run's config: {err}") from err
+        config = read_run_config(run_dir)
+    except RunDirError as err:
+        raise EloError(str(err)) from err
+    path = run_dir / "config.yaml"
     if config.env.name not in TWO_PLAYER_ENVS:
         raise EloError(f"env.name {config.env.name!r} in {path} is not a two-player turn-based env the arena can "
                        f"rate; allowed: {', '.join(map(repr, TWO_PLAYER_ENVS))}")

@@ -13,11 +13,11 @@ from pathlib import Path
 from safetensors.numpy import load_file
 from torch import nn
 
-from configs.loader import ConfigError, load_config
 from configs.schema import RunConfig
 from envs.base import EnvSpec
 from envs.registry import env_spec
 from learner.checkpoint import PREFIX, list_checkpoints
+from learner.run_dir import RunDirError, read_run_config
 from policies.factory import load_state_arrays, make_policy
 
 MODEL_FILE = "model.safetensors"
@@ -69,15 +69,10 @@ def load_policy(run_dir: Path | str, checkpoint: int | None = None) -> LoadedPol
     checkpoint (naming the available ones) or a checkpoint without ``model.safetensors``.
     """
     run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise LoadPolicyError(f"run directory {run_dir} does not exist")
-    config_path = run_dir / "config.yaml"
-    if not config_path.is_file():
-        raise LoadPolicyError(f"{config_path} does not exist (is {run_dir} a run directory?)")
     try:
-        config = load_config(config_path)
-    except ConfigError as err:
-        raise LoadPolicyError(f"cannot read {config_path}: {err}") from err
+        config = read_run_config(run_dir)
+    except RunDirError as err:
+        raise LoadPolicyError(str(err)) from err
     path = find_checkpoint(run_dir, checkpoint)
     weights = path / MODEL_FILE
     if not weights.is_file():

@@ -37,6 +37,19 @@ def new_run_dir(config: RunConfig, run_dir: Path | None) -> Path:
     return run_dir
 
 
+def read_run_config(run_dir: Path) -> RunConfig:
+    """The config.yaml a run directory holds; RunDirError naming what is missing or unreadable."""
+    if not run_dir.is_dir():
+        raise RunDirError(f"run directory {run_dir} does not exist")
+    path = run_dir / "config.yaml"
+    if not path.is_file():
+        raise RunDirError(f"{path} does not exist (is {run_dir} a run directory?)")
+    try:
+        return load_config(path)
+    except ConfigError as err:
+        raise RunDirError(f"cannot read {path}: {err}") from err
+
+
 def resume_config(run_dir: Path | None, overrides: list[str]) -> RunConfig:
     """The config saved in a run directory, with --set overrides applied."""
     if run_dir is None:
