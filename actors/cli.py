@@ -43,6 +43,12 @@ def build_parser() -> argparse.ArgumentParser:
                           help="this host's NAME.key_secret (its NAME.key must be in the learner's allowed clients)")
     security.add_argument("--insecure", action="store_true",
                           help="talk to a learner beyond loopback without CURVE (it must run with --insecure too)")
+    monitoring = parser.add_argument_group("monitoring (Prometheus; the learner serves this host's address to it)")
+    monitoring.add_argument("--metrics-port", type=int, default=0, metavar="PORT",
+                            help="port of this host's /metrics (default 0: a free port, reported to the learner)")
+    monitoring.add_argument("--metrics-host", default="127.0.0.1", metavar="ADDR",
+                            help="address /metrics binds (default 127.0.0.1; 0.0.0.0 or this host's address for a "
+                                 "Prometheus on another machine: plain HTTP, no authentication)")
     parser.add_argument("--null-policy", action="store_true",
                         help="benchmark mode: uniformly random (legal) actions instead of the learner's policy, "
                              "no network; rows still stream to the learner (ops/bench/pipeline.py uses it)")
@@ -54,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.n is not None and args.n < 1:
         return _fail(f"--n must be at least 1, got {args.n}")
+    if not 0 <= args.metrics_port <= 65535:
+        return _fail(f"--metrics-port must be a port number in 0..65535 (0: a free port), got {args.metrics_port}")
     try:
         endpoint = parse_endpoint(args.learner, "--learner")
     except ValueError as err:
@@ -92,11 +100,13 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGINT, handler)
     signal.signal(signal.SIGTERM, handler)
+    from telemetry.exporter import MetricsBindError
+
     options = wiring.HostOptions(learner=endpoint, num_workers=args.n, null_policy=args.null_policy, pool=pool,
-                                 curve=curve)
+                                 curve=curve, metrics_host=args.metrics_host, metrics_port=args.metrics_port)
     try:
         return wiring.run_host(options, stop)
-    except (ConfigError, PlanError, EnvConfigError, LearnerRefused) as err:  # the user's to fix; else a traceback
+    except (ConfigError, PlanError, EnvConfigError, LearnerRefused, MetricsBindError) as err:  # the user's to fix; else a traceback
         return _fail(str(err))
     except (EnvFailure, PoolError) as err:  # the env or the pool server failed at run time; the reason says how
         return _fail(str(err), code=1)

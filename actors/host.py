@@ -20,6 +20,7 @@ import zmq
 
 from actors.alternation import OpponentAlternation
 from actors.env_failures import EnvErrorReport
+from actors.host_metrics import HostMetrics, HostView
 from actors.learner_link import LearnerLink, Registration
 from actors.rows_report import RowsReport
 from actors.stepper import GroupStepper
@@ -86,8 +87,9 @@ class ActorHost:
 
     def __init__(self, *, link: LearnerLink, registration: Registration, network: NetworkSection,
                  workers: WorkerPool, stepper: GroupStepper, alternation: OpponentAlternation | None,
-                 poller: zmq.Poller, stop: StopFlag) -> None:
+                 poller: zmq.Poller, stop: StopFlag, metrics: HostMetrics) -> None:
         self.link = link
+        self.metrics = metrics
         self.config = registration.config
         """The resolved run config (as registration sent it) that this host was built for."""
         self.weight_shapes = weight_shapes(registration.weights)
@@ -105,6 +107,13 @@ class ActorHost:
         now = time.monotonic()
         self.state = LoopState(run_id=registration.run_id, last_heartbeat=now, last_reply=now, last_flush=now,
                                report=RowsReport.for_stats(stepper.env_spec.episode_stats))
+        metrics.attach(self.view)
+
+    def view(self) -> HostView:
+        """What this host holds now (read by the metrics endpoint's thread at each scrape)."""
+        return HostView(policy_version=self.inference.version, workers=self.workers.layout.workers,
+                        worker_restarts=sum(worker.restarts for worker in self.workers.workers),
+                        rows_waiting=self.assembler.full_rows(), ready_groups=len(self.workers.ready))
 
     def run(self) -> Registration | None:
         """Run until the learner says stop, a signal arrives, or the learner is gone and the host is stopped
@@ -151,6 +160,7 @@ class ActorHost:
         """SHUTDOWN stops the host; a learner that forgot it or restarted makes it register again now."""
         while (reply := self.link.recv_control()) is not None:
             self.state.last_reply = now
+            self.metrics.learner_answered()
             if reply.type is MessageType.SHUTDOWN:
                 self.stop.request(f"learner: {reply.fields['reason']}")
             elif reply.type is MessageType.ERROR:
@@ -176,7 +186,10 @@ class ActorHost:
     def _register_again(self) -> Registration | None:
         """The learner went silent or restarted: register again (None: told to stop first)."""
         print("actors: learner silent; waiting to register again", flush=True)
-        return self.link.register(retry_s=1.0, should_stop=self.stop.is_set)
+        registration = self.link.register(retry_s=1.0, should_stop=self.stop.is_set)
+        if registration is not None:
+            self.metrics.registered()
+        return registration
 
     def _reconnect(self, registration: Registration) -> None:
         """Registered again with the same config: reconnect the streams and take the learner's weights."""
@@ -207,7 +220,10 @@ class ActorHost:
         while True:
             full = self.assembler.full_rows()
             due = full >= rows_per_message or (full > 0 and now - self.state.last_flush > FLUSH_AFTER_S)
-            if not due or not self.link.can_send_rows():
+            if not due:
+                return
+            if not self.link.can_send_rows():
+                self.metrics.send_blocked.inc()
                 return
             wait_s, step_s = self.workers.read_clocks()
             report.worker_wait_s += wait_s
@@ -215,7 +231,9 @@ class ActorHost:
             rows = self.assembler.pop_full(rows_per_message)
             arrays = self.assembler.gather(rows)
             self.assembler.release(rows)
-            self.link.send_rows(Message(type=MessageType.ROWS, sender=self.link.name, version=self.inference.version,
-                                        fields=report.fields(len(rows)), arrays=arrays))
+            nbytes = self.link.send_rows(Message(type=MessageType.ROWS, sender=self.link.name,
+                                                 version=self.inference.version, fields=report.fields(len(rows)),
+                                                 arrays=arrays))
+            self.metrics.rows_shipped(report, rows=len(rows), nbytes=nbytes)
             report.clear()
             self.state.last_flush = now

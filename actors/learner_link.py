@@ -69,8 +69,10 @@ class LearnerLink:
     """Owns the three sockets; used from the host's main thread only."""
 
     def __init__(self, learner: Endpoint, *, num_workers: int, limits: Limits,
-                 curve: ClientCurve | None = None) -> None:
+                 curve: ClientCurve | None = None, metrics_address: str | None = None) -> None:
         self.learner = learner
+        self.metrics_address = metrics_address
+        """Where this host's Prometheus endpoint listens (host:port), sent with every REGISTER (None: not sent)."""
         self.curve = curve
         """CURVE on all three sockets (None: plaintext)."""
         self.num_workers = num_workers
@@ -138,7 +140,7 @@ class LearnerLink:
         started = time.monotonic()
         next_notice = started
         while not should_stop():
-            self.send_control(MessageType.REGISTER, {"host": self.name, "num_workers": self.num_workers})
+            self.send_control(MessageType.REGISTER, self._register_fields())
             deadline = time.monotonic() + (retry_s if tried else 0.2)
             while time.monotonic() < deadline and not should_stop():
                 if not self.control.poll(100):
@@ -159,6 +161,13 @@ class LearnerLink:
                 print(waiting_notice(self.learner, waited_s=now - started, curve=self.curve is not None), flush=True)
                 next_notice = now + WAITING_NOTICE_S
         return None
+
+    def _register_fields(self) -> dict[str, Any]:
+        """The REGISTER message's fields."""
+        fields: dict[str, Any] = {"host": self.name, "num_workers": self.num_workers}
+        if self.metrics_address is not None:
+            fields["metrics_address"] = self.metrics_address
+        return fields
 
     def _registration(self, reply: Message) -> Registration:
         fields = reply.fields
@@ -207,12 +216,15 @@ class LearnerLink:
         """True when the data socket will take a message without blocking."""
         return self.data is not None and bool(self.data.poll(0, zmq.POLLOUT))
 
-    def send_rows(self, message: Message) -> None:
-        """Queue one ROWS message (call can_send_rows first), with this registration's token in its fields."""
+    def send_rows(self, message: Message) -> int:
+        """Queue one ROWS message (call can_send_rows first), with this registration's token in its fields;
+        returns its size in bytes."""
         assert self.data is not None
         if self.token is not None:
             message = dataclasses.replace(message, fields={**message.fields, "token": self.token})
-        self.data.send_multipart(encode(message), copy=False)
+        frames = encode(message)
+        self.data.send_multipart(frames, copy=False)
+        return sum(memoryview(frame).nbytes for frame in frames)
 
     def close_streams(self) -> None:
         """Close data and weights sockets."""

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from actors.assembler import RowAssembler
+from actors.host_metrics import HostMetrics
 from actors.inference import Inference, NullInference
 from actors.opponents import Opponents
 from actors.recurrent_state import AgentStates
@@ -28,13 +29,16 @@ class GroupStepper:
     """Inference and recording for ready env groups; agent id = host-wide slot id (``SlotLayout``)."""
 
     def __init__(self, *, env_spec: EnvSpec, layout: SlotLayout, inference: Inference | NullInference,
-                 assembler: RowAssembler, states: AgentStates, opponents: Opponents | None = None) -> None:
+                 assembler: RowAssembler, states: AgentStates, opponents: Opponents | None = None,
+                 metrics: HostMetrics | None = None) -> None:
         self.env_spec = env_spec
         self.layout = layout
         self.inference = inference
         self.assembler = assembler
         self.states = states
         self.opponents = opponents
+        self.metrics = metrics
+        """Where each step's timing goes (None: nowhere)."""
         self.env_steps = 0
         """Env steps taken since the start (all groups)."""
 
@@ -71,7 +75,8 @@ class GroupStepper:
         state_in = self.states.read(agent_ids)
         decide_started = time.perf_counter()
         decisions = self.inference.decide(obs, state_in, masks)
-        report.inference_s += time.perf_counter() - decide_started
+        forward_s = time.perf_counter() - decide_started
+        report.inference_s += forward_s
         report.inference_batches += 1
         report.inference_agents += len(agent_ids)
         self.states.write(agent_ids, decisions.states)
@@ -94,7 +99,10 @@ class GroupStepper:
             self.assembler.add_steps(agent_ids, obs, decisions.actions, decisions.logprobs, decisions.values,
                                      rewards, dones, bootstrap, self.inference.version, states=state_in,
                                      action_masks=masks)
-        report.act_s += time.perf_counter() - started
+        step_s = time.perf_counter() - started
+        report.act_s += step_s
+        if self.metrics is not None:
+            self.metrics.step_timed(step_s=step_s, forward_s=forward_s, agents=len(agent_ids))
 
     def forget_worker(self, worker: int) -> None:
         """A worker died and is being replaced: drop its agents' partial rows and zero their states."""

@@ -27,6 +27,7 @@ from actors.alternation import OpponentAlternation
 from actors.assembler import RowAssembler
 from actors.env_failures import EnvFailure
 from actors.host import ActorHost
+from actors.host_metrics import HostMetrics
 from actors.inference import Inference, NullInference
 from actors.learner_link import LearnerLink, Registration
 from actors.opponents import OpponentCache, Opponents
@@ -45,6 +46,8 @@ from envs.registry import env_spec
 from protocol import Limits
 from protocol.curve import ClientCurve
 from protocol.endpoints import Endpoint
+from telemetry.exporter import WILDCARD_HOSTS, MetricsEndpoint, is_loopback
+from telemetry.registry import new_registry
 
 LOG = logging.getLogger("sluice.actors")
 
@@ -63,6 +66,10 @@ class HostOptions:
     """The opponent-pool server for self-play (None: the learner, which serves the pool itself)."""
     curve: ClientCurve | None = None
     """CURVE on every socket to the learner and the pool server (None: plaintext)."""
+    metrics_host: str = "127.0.0.1"
+    """Address the host's Prometheus endpoint binds (loopback unless asked: it is plain HTTP)."""
+    metrics_port: int = 0
+    """Its port (0: a free one); the learner learns it at registration and serves it to Prometheus."""
 
 
 def run_host(options: HostOptions, stop: StopFlag) -> int:
@@ -71,13 +78,30 @@ def run_host(options: HostOptions, stop: StopFlag) -> int:
         LOG.info("removed stale shared memory %s", name)
     with ExitStack() as resources:
         resources.callback(lambda: print(f"actors: stopped ({stop.reason or 'done'})", flush=True))
-        link = LearnerLink(options.learner, num_workers=options.num_workers or 0, limits=Limits(), curve=options.curve)
+        metrics = HostMetrics(new_registry("actor_host"))
+        endpoint = MetricsEndpoint(host=options.metrics_host, port=options.metrics_port, registry=metrics.registry,
+                                   setting="--metrics-port PORT")
+        resources.callback(endpoint.close)
+        _announce_metrics(endpoint)
+        link = LearnerLink(options.learner, num_workers=options.num_workers or 0, limits=Limits(), curve=options.curve,
+                           metrics_address=endpoint.address)
         resources.push(_say_goodbye(link))
         registration = link.register(retry_s=1.0, should_stop=stop.is_set)
+        if registration is not None:
+            metrics.registered()
         while registration is not None:  # another registration: the learner now runs a different config
             with ExitStack() as parts:
-                registration = build_host(registration, link, options=options, stop=stop, resources=parts).run()
+                registration = build_host(registration, link, options=options, stop=stop, resources=parts,
+                                          metrics=metrics).run()
         return 0
+
+
+def _announce_metrics(endpoint: MetricsEndpoint) -> None:
+    """Say where /metrics is, with a warning when it is reachable beyond this machine (plain HTTP)."""
+    print(f"actors: Prometheus metrics at {endpoint.url}", flush=True)
+    if endpoint.host in WILDCARD_HOSTS or not is_loopback(endpoint.host):
+        print(f"actors: warning: /metrics binds {endpoint.address}, beyond loopback: plain HTTP without "
+              "authentication, readable by anyone who reaches that address", flush=True)
 
 
 def _say_goodbye(link: LearnerLink) -> Callable[[type[BaseException] | None, BaseException | None,
@@ -94,7 +118,7 @@ def _say_goodbye(link: LearnerLink) -> Callable[[type[BaseException] | None, Bas
 
 
 def build_host(registration: Registration, link: LearnerLink, *, options: HostOptions, stop: StopFlag,
-               resources: ExitStack) -> ActorHost:
+               resources: ExitStack, metrics: HostMetrics) -> ActorHost:
     """Every part of an actor host and the links between them; what needs releasing goes on ``resources``."""
     config = config_from_dict(registration.config)
     torch.set_num_threads(config.run.torch_threads)
@@ -117,7 +141,7 @@ def build_host(registration: Registration, link: LearnerLink, *, options: HostOp
                    if config.selfplay.enabled else None)
     stepper = GroupStepper(env_spec=spec, layout=layout, inference=inference, assembler=assembler,
                            states=AgentStates(layout.total_slots, inference.state_size),
-                           opponents=None if alternation is None else alternation.opponents)
+                           opponents=None if alternation is None else alternation.opponents, metrics=metrics)
     link.open_streams(registration, hwm=config.network.send_queue_messages,
                       buffer_bytes=config.network.socket_buffer_bytes)
     poller = zmq.Poller()
@@ -130,7 +154,7 @@ def build_host(registration: Registration, link: LearnerLink, *, options: HostOp
     print(f"actors: {layout.workers} workers x {layout.envs_per_worker} envs ({layout.groups} groups) of "
           f"{config.env.name}{policy}, learner {options.learner.url}", flush=True)
     return ActorHost(link=link, registration=registration, network=config.network, workers=workers,
-                     stepper=stepper, alternation=alternation, poller=poller, stop=stop)
+                     stepper=stepper, alternation=alternation, poller=poller, stop=stop, metrics=metrics)
 
 
 def _opponent_alternation(config: RunConfig, spec: EnvSpec, layout: SlotLayout, *, endpoint: Endpoint,

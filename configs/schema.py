@@ -148,7 +148,7 @@ class NetworkSection:
     host: str = "127.0.0.1"
     """Address the learner binds."""
     port: int = 5555
-    """Control port (request-reply); data and weights use port + 1 and port + 2."""
+    """Control port (request-reply); data and weights use port + 1 and port + 2 (and /metrics port + 3 by default)."""
     heartbeat_interval_s: float = 1.0
     """Seconds between heartbeats in each direction."""
     peer_timeout_s: float = 10.0
@@ -169,6 +169,11 @@ class NetworkSection:
     """CURVE: the learner's server.key_secret file (python -m protocol.keys); empty: no encryption."""
     curve_allowed_clients: str = ""
     """CURVE: directory of the actor hosts' public .key files allowed to connect (with curve_secret_key)."""
+    metrics_host: str = "127.0.0.1"
+    """Address the learner's Prometheus endpoint (/metrics, /discovery/actor_hosts) binds; plain HTTP, so loopback
+    unless set wider on purpose."""
+    metrics_port: int | None = None
+    """Its port; None: port + 3 (next to the data and weights ports); 0: a free port (printed at start)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -49,6 +49,11 @@ LEARNER_KEY_OPTIONS = ("--curve-secret-key FILE --curve-allowed-clients DIR (net
                        "network.curve_allowed_clients)")
 
 
+def metrics_port(network: NetworkSection) -> int:
+    """The learner's Prometheus port: network.metrics_port, or network.port + 3 when it is not set."""
+    return network.port + 3 if network.metrics_port is None else network.metrics_port
+
+
 def learner_curve(network: NetworkSection, *, insecure: bool) -> ServerCurve | None:
     """The learner's CURVE settings under the bind rule (protocol/bind_rule.py): None means plaintext, which is
     allowed on loopback and with ``insecure``; beyond loopback without keys it is an InsecureEndpointError."""

@@ -24,6 +24,7 @@ from configs.loader import ConfigError, config_to_dict, load_config, resolve_con
 from configs.plan import PlanError, format_plan, make_plan
 from envs.errors import EnvConfigError
 from learner.addresses import AddressError, learner_curve
+from learner.progress import resolve_mode
 from protocol.bind_rule import InsecureEndpointError
 from protocol.curve import CurveKeyError
 from learner.run_dir import RunDirError, check_resumable, fresh_run_dir, resume_config, schedule_jump_warning
@@ -58,6 +59,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", action="store_true", help="with --plan: print it as one JSON object")
     parser.add_argument("--run-dir", type=Path, default=None, help="run directory (default: runs/<name>-<time>)")
     parser.add_argument("--resume", action="store_true", help="continue the run in --run-dir from its last checkpoint")
+    progress = parser.add_mutually_exclusive_group()
+    progress.add_argument("--quiet", action="store_true",
+                          help="no progress line (host join/leave and dropped-rows lines still print)")
+    progress.add_argument("--plain", action="store_true",
+                          help="progress as plain lines, one per 10 s with the update number and kl/clip/ev "
+                               "(the default when stdout is not a terminal; on one, a single line is redrawn)")
     security = parser.add_argument_group("multi-host security (CurveZMQ; keys from python -m protocol.keys)")
     security.add_argument("--curve-secret-key", type=Path, metavar="FILE",
                           help="the learner's server.key_secret (network.curve_secret_key)")
@@ -145,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         # A fresh start that fails before training (a port in use) removes the run directory it made.
         with nullcontext(args.run_dir) if args.resume else fresh_run_dir(config, args.run_dir) as run_dir:
-            learner = Learner(config, run_dir, resume=args.resume, curve=curve)
+            learner = Learner(config, run_dir, resume=args.resume, curve=curve,
+                              progress_mode=resolve_mode(args.quiet, args.plain, sys.stdout))
             install_signal_handlers(learner)
             return learner.run()
     except USER_ERRORS as err:

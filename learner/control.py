@@ -12,6 +12,7 @@ GET_WEIGHTS) are rate-limited per identity, and at most ``max_hosts`` hosts are 
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections import Counter
@@ -29,6 +30,7 @@ from learner.senders import Sender, SenderRegistry, new_token
 from protocol import Limits, Message, MessageType, ProtocolError, decode, encode
 from protocol.curve import ServerCurve
 from protocol.reject_log import DETAIL_CHARS, RejectLog
+from telemetry.exporter import WILDCARD_HOSTS, is_loopback, url_host
 
 LOG = logging.getLogger("sluice.learner.control")
 POLL_MS = 100
@@ -44,6 +46,8 @@ WEIGHT_REQUESTS = RateLimit(per_second=2.0, burst=5)
 """How often one identity may REGISTER or GET_WEIGHTS (each answer carries the whole model)."""
 EXPIRE_EVERY_S = 0.25
 """How often the registered hosts are checked for silence."""
+TARGET_HOST = re.compile(r"[A-Za-z0-9._:-]{1,253}|\*|")
+"""A metrics address's host part: a host name, an IPv4 or IPv6 literal, or a wildcard (empty, ``*``)."""
 HOST_LINES = RateLimit(per_second=0.1, burst=10)
 """Log lines about hosts (left with a failure, forgotten, env errors): 10 at once, then one per 10 s."""
 
@@ -60,11 +64,21 @@ class ControlCounts:
     """Hosts that left with a BYE naming a failure."""
     rejected_by_reason: dict[str, int]
     """Control messages refused, by reason (protocol errors, not_registered, rate_limited, too_many_hosts, ...)."""
+    registrations: int = 0
+    """Registrations accepted (a host that registers again counts again)."""
 
 
 def printable(text: str, limit: int) -> str:
     """Peer-supplied text as the logs show it: printable characters only, at most ``limit`` of them."""
     return "".join(char for char in text[:4 * limit] if char.isprintable())[:limit]
+
+
+def peer_address_of(frame: zmq.Frame) -> str | None:
+    """The IP address a received message came from (ZMQ's ``Peer-Address``; None where the transport has none)."""
+    try:
+        return frame.get("Peer-Address") or None
+    except zmq.ZMQError:
+        return None
 
 
 def curve_key_of(frame: zmq.Frame) -> str | None:
@@ -75,6 +89,23 @@ def curve_key_of(frame: zmq.Frame) -> str | None:
     except zmq.ZMQError:  # EINVAL: no ZAP handler set one (no CURVE)
         return None
     return user_id or None
+
+
+def scrape_target(reported: Any, peer: str | None) -> str | None:
+    """The Prometheus target for a host whose metrics endpoint reported binding ``reported`` (host:port), as seen
+    from ``peer`` (its IP address; None where the transport has none): None when there is no valid address or
+    the host bound loopback on another machine."""
+    if not isinstance(reported, str) or len(reported) > 300:
+        return None
+    host, _, port_text = reported.rpartition(":")
+    host = host.strip("[]")
+    if not port_text.isdigit() or not 1 <= int(port_text) <= 65535 or not TARGET_HOST.fullmatch(host):
+        return None
+    if host in WILDCARD_HOSTS:
+        host = peer or "127.0.0.1"
+    elif is_loopback(host) and peer is not None and not is_loopback(peer):
+        return None
+    return f"{url_host(host)}:{int(port_text)}"
 
 
 @dataclass(kw_only=True)
@@ -89,6 +120,8 @@ class RegisteredHost:
     """The token its registration was handed (the key of its Sender in the registry)."""
     last_seen: float
     """Monotonic time of its last message."""
+    metrics_address: str | None = None
+    """Where Prometheus scrapes it (host:port; None: it reported none, or one Prometheus cannot reach)."""
 
 
 class ControlServer(threading.Thread):
@@ -98,8 +131,10 @@ class ControlServer(threading.Thread):
                  peer_timeout_s: float, limits: Limits, stop: threading.Event, registry: SenderRegistry,
                  sizing: HostSizing, pool: PoolService | None = None, curve: ServerCurve | None = None,
                  max_hosts: int = MAX_HOSTS, weight_requests: RateLimit = WEIGHT_REQUESTS,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, announce: Callable[[str], None] | None = None) -> None:
+        """``announce``: where the short lines about hosts joining and leaving go (default: the log)."""
         super().__init__(name="control", daemon=True)
+        self.announce = announce or LOG.info
         self.pool = pool
         self.registration = registration
         self.peer_timeout_s = peer_timeout_s
@@ -118,6 +153,7 @@ class ControlServer(threading.Thread):
         self.rejected: Counter = Counter()
         self.hosts_lost = 0
         self.hosts_failed = 0
+        self.registrations = 0
         self.last_expiry = 0.0
         self.env_errors_seen: set[tuple[str, str, str]] = set()
         self._weights: tuple[int, dict[str, np.ndarray]] = (0, {})
@@ -148,7 +184,22 @@ class ControlServer(threading.Thread):
         """The hosts alive now and what was counted since the learner started (safe from any thread)."""
         with self.lock:
             return ControlCounts(actor_hosts=len(self.hosts), actor_hosts_lost=self.hosts_lost,
-                                 actor_hosts_failed=self.hosts_failed, rejected_by_reason=dict(self.rejected))
+                                 actor_hosts_failed=self.hosts_failed, rejected_by_reason=dict(self.rejected),
+                                 registrations=self.registrations)
+
+    def host_heartbeats(self) -> dict[str, float]:
+        """Each registered host's name and the Unix time it was last heard from (safe from any thread)."""
+        now_wall, now = time.time(), self.clock()
+        with self.lock:
+            return {host.name: now_wall - (now - host.last_seen) for host in self.hosts.values()}
+
+    def metrics_targets(self) -> list[dict[str, Any]]:
+        """The registered hosts' metrics addresses in Prometheus' HTTP service discovery format: one target group
+        per host, labelled with its name (safe from any thread)."""
+        with self.lock:
+            hosts = sorted((host.name, host.metrics_address) for host in self.hosts.values()
+                           if host.metrics_address is not None)
+        return [{"targets": [address], "labels": {"host": name}} for name, address in hosts]
 
     def run(self) -> None:
         try:
@@ -166,7 +217,7 @@ class ControlServer(threading.Thread):
         identity, payload = frames[0].bytes, frames[1:]
         try:
             message = decode(payload, self.limits)
-            reply = self._handle(identity, message, curve_key=curve_key_of(frames[0]))
+            reply = self._handle(identity, message, curve_key=curve_key_of(frames[0]), peer=peer_address_of(frames[0]))
         except ProtocolError as err:
             with self.lock:
                 self.rejected[err.reason] += 1
@@ -176,7 +227,8 @@ class ControlServer(threading.Thread):
         if reply is not None:
             self.socket.send_multipart([identity, *encode(reply)], copy=False)
 
-    def _handle(self, identity: bytes, message: Message, *, curve_key: str | None) -> Message | None:
+    def _handle(self, identity: bytes, message: Message, *, curve_key: str | None,
+                peer: str | None = None) -> Message | None:
         now = self.clock()
         with self.lock:
             version, weights = self._weights
@@ -196,7 +248,7 @@ class ControlServer(threading.Thread):
             return self.pool.handle(message)
         if message.type is MessageType.REGISTER:
             self._check_rate(identity, message.type)
-            host = self._register(identity, message, curve_key=curve_key, now=now)
+            host = self._register(identity, message, curve_key=curve_key, peer=peer, now=now)
             return Message(type=MessageType.REGISTERED, sender="learner", version=version,
                            fields={**self.registration, "token": host.token}, arrays=weights)
         if known is None:
@@ -220,24 +272,38 @@ class ControlServer(threading.Thread):
                                                 f"{limit.burst} times at once and {limit.per_second:g} times a "
                                                 "second after; ask again later")
 
-    def _register(self, identity: bytes, message: Message, *, curve_key: str | None, now: float) -> RegisteredHost:
+    def _register(self, identity: bytes, message: Message, *, curve_key: str | None, peer: str | None,
+                  now: float) -> RegisteredHost:
         """Record a host that registered and hand its registration a new token (an identity that registers again
         loses its old one)."""
         size = self.sizing.for_workers(message.fields["num_workers"])
-        host = RegisteredHost(name=printable(message.fields["host"], HOST_NAME_CHARS), num_workers=size.num_workers,
-                              token=new_token(), last_seen=now)
+        name = printable(message.fields["host"], HOST_NAME_CHARS)
+        host = RegisteredHost(name=name, num_workers=size.num_workers, token=new_token(), last_seen=now,
+                              metrics_address=self._scrape_address(name, message.fields.get("metrics_address"), peer))
         with self.lock:
             previous = self.hosts.get(identity)
             if previous is None and len(self.hosts) >= self.max_hosts:
                 raise ProtocolError("too_many_hosts", f"register: {len(self.hosts)} actor hosts are registered, "
                                                       f"the most this learner takes (max_hosts {self.max_hosts})")
             self.hosts[identity] = host
+            self.registrations += 1
         if previous is not None:
             self.registry.remove(previous.token)
         self.registry.add(Sender(name=host.name, token=host.token, curve_key=curve_key, num_envs=size.num_envs,
                                  agent_slots=size.agent_slots))
-        LOG.info("actor host %s registered with %d workers", host.name, host.num_workers)
+        if previous is None:
+            self.announce(f"actor host {host.name} joined with {host.num_workers} workers")
         return host
+
+    def _scrape_address(self, name: str, reported: Any, peer: str | None) -> str | None:
+        """Where Prometheus can scrape a host that reported ``reported`` (host:port) from ``peer``: a wildcard
+        bind is scraped at the peer's address; a loopback bind of a host on another machine cannot be scraped
+        (said once, left out of discovery); an address that is not host:port is ignored."""
+        target = scrape_target(reported, peer)
+        if target is None and reported is not None:
+            self._host_line(f"actor host {name}: its /metrics at {printable(str(reported), 80)} cannot be scraped "
+                            f"from here (the host is at {peer}); start it with --metrics-host 0.0.0.0 or its address")
+        return target
 
     def _leave(self, identity: bytes, reason: str | None) -> None:
         """A host said BYE: a normal leave, or a failure when it names a ``reason`` (counted and logged)."""
@@ -249,7 +315,7 @@ class ControlServer(threading.Thread):
             return
         self.registry.remove(host.token)
         if reason is None:
-            LOG.info("actor host %s left", host.name)
+            self.announce(f"actor host {host.name} left")
         else:
             self._host_line(f"actor host {host.name} left: {printable(reason, DETAIL_CHARS)}")
 

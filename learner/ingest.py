@@ -20,6 +20,7 @@ import threading
 from collections import Counter, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 import zmq
@@ -113,14 +114,47 @@ class IngestSnapshot:
     """Actor hosts' inference and worker figures since the last take (``host_timing`` of their host_stats)."""
 
 
+@dataclass(frozen=True, kw_only=True)
+class IngestTotals:
+    """The ingest's cumulative counts, as ``Ingest.totals`` reads them."""
+
+    env_steps: int
+    """Env steps reported by actor hosts over the run (a resumed run's totals included)."""
+    agent_steps: int
+    """Agent steps reported by actor hosts over the run."""
+    episodes: int
+    """Episodes finished over the run."""
+    env_restarts: int
+    """Env groups rebuilt on actor hosts, since this learner started."""
+    rows_received: int
+    """Rows accepted into a batch, since this learner started."""
+    rows_dropped: dict[str, int]
+    """Rows dropped by reason (stale, future), since this learner started."""
+    messages_dropped: dict[str, int]
+    """Messages rejected by reason, since this learner started."""
+    bytes_received: int
+    """Bytes of data messages received (accepted or not), since this learner started."""
+
+
+class IngestObserver(Protocol):
+    """What the ingest thread reports as it goes (the learner's Prometheus metrics implement it)."""
+
+    def message_received(self, nbytes: int) -> None:
+        """A data message of ``nbytes`` arrived (accepted or not)."""
+
+    def rows_accepted(self, lags: np.ndarray) -> None:
+        """Rows with these policy lags were accepted."""
+
+
 class Ingest(threading.Thread):
     """The data socket's only user: PULL bound at ``endpoint``; fills batches of ``segments`` rows."""
 
     def __init__(self, *, context: zmq.Context, endpoint: str, segments: int, env: EnvSpec, horizon: int,
                  state_size: int, max_policy_lag: int, hwm: int, buffer_bytes: int, limits: Limits,
                  stop: threading.Event, registry: SenderRegistry, rows_per_message: int, max_abs_value: float,
-                 curve: ServerCurve | None = None) -> None:
+                 curve: ServerCurve | None = None, observer: IngestObserver | None = None) -> None:
         super().__init__(name="ingest", daemon=True)
+        self.observer = observer
         self.layout = row_layout(env, horizon=horizon, state_size=state_size)
         self.specs = self.layout.specs()
         self.stat_names = env.episode_stats
@@ -137,6 +171,8 @@ class Ingest(threading.Thread):
         self.buffers = [BatchBuffers.allocate(self.layout, segments) for _ in range(2)]
         self.free: queue.Queue[int] = queue.Queue()
         self.ready: queue.Queue[int] = queue.Queue()
+        self.filled_rows = 0
+        """Rows in the batch buffer being filled (written by the ingest thread only)."""
         for index in range(2):
             self.free.put(index)
         self.socket = context.socket(zmq.PULL)
@@ -159,6 +195,16 @@ class Ingest(threading.Thread):
             self.stats.agent_steps = agent_steps
             self.stats.episodes = episodes
             self.stats.recent_returns.extend(recent_returns)
+
+    def totals(self) -> IngestTotals:
+        """The cumulative counts as they are now, without starting the since-last-take figures again (safe from
+        any thread; the metrics endpoint reads them at every scrape)."""
+        stats = self.stats
+        with stats.lock:
+            return IngestTotals(env_steps=stats.env_steps, agent_steps=stats.agent_steps, episodes=stats.episodes,
+                                env_restarts=stats.env_restarts, rows_received=stats.rows_received,
+                                rows_dropped=dict(stats.rows_dropped), messages_dropped=dict(stats.messages_dropped),
+                                bytes_received=stats.bytes_received)
 
     def take_snapshot(self) -> IngestSnapshot:
         """The counters as they are now; the since-last-take figures (policy lag, host timing) start again at
@@ -186,6 +232,11 @@ class Ingest(threading.Thread):
             stats.lag_sum = stats.lag_max = stats.lag_rows = 0
             stats.host_stats.clear()
         return snapshot
+
+    def occupancy(self) -> dict[str, float]:
+        """The batch buffers now: the fraction of the one being filled, and how many filled ones wait for the
+        trainer (safe from any thread)."""
+        return {"filling": self.filled_rows / self.segments, "ready": float(self.ready.qsize())}
 
     def run(self) -> None:
         try:
@@ -220,10 +271,12 @@ class Ingest(threading.Thread):
                     buffer[name][filled:filled + take] = array[start:start + take]
                 filled += take
                 start += take
+                self.filled_rows = filled
                 if filled == self.segments:
                     self.ready.put(index)
                     # Rows left over from this block go to the next buffer when one is free.
                     index, filled = self._next_buffer()
+                    self.filled_rows = filled
                     if index is None:
                         return
                     buffer = self.buffers[index].arrays  # the leftover rows go there, not into the ready one
@@ -239,6 +292,8 @@ class Ingest(threading.Thread):
     def _accept(self, frames: list) -> dict[str, np.ndarray] | None:
         """Validate one message; returns its fresh rows, or None after counting why it was dropped."""
         nbytes = sum(len(f.buffer) for f in frames)
+        if self.observer is not None:
+            self.observer.message_received(nbytes)
         sender: object = None
         try:
             message = decode(frames, self.limits)
@@ -274,6 +329,8 @@ class Ingest(threading.Thread):
                 stats.lag_rows += int(fresh.sum())
         if not fresh.any():
             return None
+        if self.observer is not None:
+            self.observer.rows_accepted(lag[fresh])
         if fresh.all():
             return dict(message.arrays)
         return {name: array[fresh] for name, array in message.arrays.items()}

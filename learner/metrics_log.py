@@ -1,4 +1,6 @@
-"""metrics.jsonl (one JSON object per update) and the console progress line.
+"""metrics.jsonl (one JSON object per update), and its TensorBoard scalars.
+
+The console shows these records through learner/progress.py's ProgressLine (this module prints nothing).
 
 A resumed run continues from its last checkpoint, so the records a crashed run wrote after that checkpoint are
 written again: opening the log drops every record newer than the update it resumes from (and a torn last line),
@@ -70,7 +72,7 @@ def _update_of(line: str) -> int | None:
 
 
 class MetricsLog:
-    """Appends one JSON line per update (and its TensorBoard scalars) and prints a short progress line."""
+    """Appends one JSON line per update (and its TensorBoard scalars); the console line is ProgressLine's."""
 
     def __init__(self, path: Path, *, resumed_at_update: int = 0, tensorboard_dir: Path | None = None) -> None:
         """``tensorboard_dir``: where the event files go (default: tensorboard/ beside the metrics file)."""
@@ -84,21 +86,9 @@ class MetricsLog:
         self.file = path.open("a", buffering=1)
 
     def write(self, record: dict[str, Any]) -> None:
-        """Log one update."""
+        """Log one update (to the file and TensorBoard; nothing is printed)."""
         self.file.write(json.dumps({k: _clean(v) for k, v in record.items()}) + "\n")
         self.tensorboard.write(record)
-        ret = record.get("episode_return_mean")
-        ret_text = "   n/a" if ret is None else f"{ret:6.1f}"
-        if record.get("win_rate") is not None:  # self-play: against the pool, over the last 100 episodes
-            ret_text += (f" | win/draw/loss {record['win_rate']:.2f}/{record['draw_rate']:.2f}/"
-                         f"{record['loss_rate']:.2f} pool {record['pool_snapshots']}")
-        lost, failed = record.get("actor_hosts_lost", 0), record.get("actor_hosts_failed", 0)
-        hosts_text = f" | hosts lost {lost} failed {failed}" if lost or failed else ""
-        print(f"update {record['update']:5d} | agent steps {record['agent_steps']:>11,} | sps {record['sps']:8,.0f} | "
-              f"return {ret_text} | lag {record['policy_lag_mean']:.2f} | "
-              f"pg {record['policy_loss']:+.3f} v {record['value_loss']:.3f} ent {record['entropy']:.3f} "
-              f"kl {record['approx_kl']:.4f} clip {record['clipfrac']:.3f} "
-              f"ev {_clean(record['explained_variance']) or 0.0:+.2f}{hosts_text}", flush=True)
 
     def close(self) -> None:
         """Flush and close."""

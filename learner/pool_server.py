@@ -20,6 +20,7 @@ import argparse
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -27,10 +28,13 @@ import zmq
 
 from configs.schema import SelfPlaySection
 from learner.pool import SnapshotStore, SnapshotStoreError, sample_opponents
+from learner.pool_metrics import PoolMetrics
 from protocol import Limits, Message, MessageType, ProtocolError, decode, encode
 from protocol.bind_rule import InsecureEndpointError, server_curve_for
 from protocol.curve import CurveKeyError, ServerCurve, ZapGuard
 from protocol.endpoints import parse_endpoint
+from telemetry.exporter import MetricsBindError, MetricsEndpoint
+from telemetry.registry import new_registry
 
 POOL_REQUESTS = (MessageType.GET_OPPONENTS, MessageType.GET_SNAPSHOT)
 MAX_ENVS_PER_REQUEST = 8192
@@ -46,8 +50,12 @@ class PoolService:
     """Thread-safe: the learner adds snapshots while the control thread answers requests."""
 
     def __init__(self, store: SnapshotStore, section: SelfPlaySection, *, seed: int,
-                 reload_index: bool = False) -> None:
+                 reload_index: bool = False, metrics: PoolMetrics | None = None) -> None:
         self.store = store
+        self.metrics = metrics
+        """Where requests are counted and timed (None: nowhere)."""
+        if metrics is not None:
+            metrics.watch_size(lambda: len(self.store))
         self.section = section
         self.reload_index = reload_index
         self.rng = np.random.default_rng(seed)
@@ -68,7 +76,21 @@ class PoolService:
                     "opponents_unique_mean": float(np.mean(unique)) if unique else None}
 
     def handle(self, message: Message) -> Message:
-        """The reply to one pool request (ProtocolError for a bad one: the caller answers ERROR)."""
+        """The reply to one pool request (ProtocolError for a bad one: the caller answers ERROR), counted and timed
+        in ``metrics``."""
+        started = time.perf_counter()
+        try:
+            reply = self._answer(message)
+        except ProtocolError as err:
+            if self.metrics is not None:
+                self.metrics.refused(err.reason)
+            raise
+        if self.metrics is not None:
+            sent = reply.arrays["file"].nbytes if reply.type is MessageType.SNAPSHOT else 0
+            self.metrics.answered(message.type.value, seconds=time.perf_counter() - started, sent_bytes=sent)
+        return reply
+
+    def _answer(self, message: Message) -> Message:
         if message.type is MessageType.GET_OPPONENTS:
             return self._opponents(message.fields["num_envs"])
         if message.type is MessageType.GET_SNAPSHOT:
@@ -132,20 +154,33 @@ def serve(service: PoolService, endpoint: str, stop: threading.Event, limits: Li
             if not socket.poll(100):
                 continue
             identity, *payload = socket.recv_multipart(copy=False)
-            try:
-                message = decode(payload, limits)
-                if message.type not in POOL_REQUESTS:
-                    raise ProtocolError("unexpected_type", f"the pool server does not accept {message.type.value}")
-                reply = service.handle(message)
-            except ProtocolError as err:
-                reply = Message(type=MessageType.ERROR, sender="pool", fields={"reason": err.reason,
-                                                                             "message": str(err)})
-            socket.send_multipart([identity, *encode(reply)], copy=False)
+            socket.send_multipart([identity, *encode(_reply(service, payload, limits))], copy=False)
     finally:
         socket.close(linger=0)
         if zap is not None:
             zap.stop()
         context.term()
+
+
+def _reply(service: PoolService, payload: list, limits: Limits) -> Message:
+    """The answer to one message on the standalone socket: the pool's reply, or ERROR naming what was wrong (a
+    message that is not a pool request is counted as refused here; the service counts its own refusals)."""
+    try:
+        message = decode(payload, limits)
+        if message.type not in POOL_REQUESTS:
+            raise ProtocolError("unexpected_type", f"the pool server does not accept {message.type.value}")
+    except ProtocolError as err:
+        if service.metrics is not None:
+            service.metrics.refused(err.reason)
+        return _error(err)
+    try:
+        return service.handle(message)
+    except ProtocolError as err:
+        return _error(err)
+
+
+def _error(err: ProtocolError) -> Message:
+    return Message(type=MessageType.ERROR, sender="pool", fields={"reason": err.reason, "message": str(err)})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -161,9 +196,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="CURVE: directory of allowed actor hosts' public .key files")
     parser.add_argument("--insecure", action="store_true",
                         help="allow binding beyond loopback without CURVE (no encryption, no authentication)")
+    parser.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
+                        help="port of the Prometheus /metrics (default: the --bind port + 1; 0: a free port)")
+    parser.add_argument("--metrics-host", default="127.0.0.1", metavar="ADDR",
+                        help="address /metrics binds (default %(default)s; plain HTTP, no authentication)")
     args = parser.parse_args(argv)
     try:
-        curve = server_curve_for(parse_endpoint(args.bind, "--bind"), secret_key=args.curve_secret_key,
+        bind = parse_endpoint(args.bind, "--bind")
+        metrics_port = args.metrics_port if args.metrics_port is not None else (bind.port or 0) + 1
+        if not 0 <= metrics_port <= 65535:
+            raise ValueError(f"--metrics-port must be a port number in 0..65535 (0: a free port), got {metrics_port}")
+        curve = server_curve_for(bind, secret_key=args.curve_secret_key,
                                  allowed_clients=args.curve_allowed_clients, insecure=args.insecure,
                                  who="the pool server",
                                  key_options="--curve-secret-key FILE --curve-allowed-clients DIR")
@@ -181,12 +224,24 @@ def main(argv: list[str] | None = None) -> int:
         print(f"python -m learner.pool_server: error: {run_dir} has no pool/ (was selfplay.enabled true?)",
               file=sys.stderr)
         return 2
-    service = PoolService(SnapshotStore(run_dir / "pool"), config.selfplay, seed=args.seed, reload_index=True)
+    metrics = PoolMetrics(new_registry("pool_server"))
+    service = PoolService(SnapshotStore(run_dir / "pool"), config.selfplay, seed=args.seed, reload_index=True,
+                          metrics=metrics)
+    try:
+        endpoint = MetricsEndpoint(host=args.metrics_host, port=metrics_port, registry=metrics.registry,
+                                   setting="--metrics-port PORT")
+    except MetricsBindError as err:
+        print(f"python -m learner.pool_server: error: {err}", file=sys.stderr)
+        return 2
     stop = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    print(f"pool server: {len(service.store)} snapshots of {run_dir}, serving on {args.bind}", flush=True)
-    serve(service, args.bind, stop, curve=curve)
+    print(f"pool server: {len(service.store)} snapshots of {run_dir}, serving on {args.bind}; Prometheus metrics at "
+          f"{endpoint.url}", flush=True)
+    try:
+        serve(service, args.bind, stop, curve=curve)
+    finally:
+        endpoint.close()
     return 0
 
 

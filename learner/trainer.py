@@ -2,8 +2,9 @@
 metrics and stop rules.
 
 Threads: ``control`` (ROUTER, registration and heartbeats), ``ingest`` (PULL, row blocks into the
-double-buffered batch) and the main thread (the update loop: update, publish, checkpoint, log). Stop with
-SIGINT/SIGTERM: the final checkpoint is written and actor hosts are told to exit.
+double-buffered batch), ``metrics-http`` (Prometheus' /metrics and the actor hosts' discovery list) and the main
+thread (the update loop: update, publish, checkpoint, log). Stop with SIGINT/SIGTERM: the final checkpoint is
+written and actor hosts are told to exit.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import logging
 import queue
 import signal
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -25,7 +27,7 @@ from envs.registry import probe_env_spec
 from configs.loader import ConfigError, config_to_dict
 from configs.plan import make_plan
 from configs.schema import RunConfig
-from learner.addresses import AddressError, binding, learner_addresses
+from learner.addresses import AddressError, binding, learner_addresses, metrics_port
 from learner.algorithm import Algorithm
 from learner.batch import to_batch
 from learner.checkpoint import Checkpoint, TrainerState, list_checkpoints, load_checkpoint, save_checkpoint
@@ -33,7 +35,10 @@ from learner.control import ControlCounts, ControlServer
 from learner.host_sizing import HostSizing
 from learner.ingest import Ingest, IngestSnapshot
 from learner.pool import SnapshotStore
+from learner.pool_metrics import PoolMetrics
 from learner.pool_server import PoolService
+from learner.progress import ProgressLine, ProgressMode
+from learner.prometheus_metrics import LearnerMetrics, RunCounts
 from learner.senders import SenderRegistry
 from learner.metrics_log import MetricsLog
 from learner.metrics_record import Lap, RunClock, metrics_record, outcome_rates
@@ -44,8 +49,12 @@ from learner.weights import WeightsPublisher
 from policies.factory import state_arrays
 from protocol import Limits
 from protocol.curve import ServerCurve, ZapGuard
+from telemetry.exporter import WILDCARD_HOSTS, MetricsBindError, MetricsEndpoint, is_loopback
+from telemetry.registry import new_registry
 
 LOG = logging.getLogger("sluice.learner")
+DISCOVERY_PATH = "/discovery/actor_hosts"
+"""Where the learner's metrics endpoint lists its actor hosts' metrics addresses (Prometheus HTTP SD)."""
 SHUTDOWN_GRACE_HEARTBEATS = 3
 
 
@@ -61,7 +70,9 @@ def resolve_device(name: str) -> torch.device:
 class Learner:
     """Owns every learner component for one run."""
 
-    def __init__(self, config: RunConfig, run_dir: Path, *, resume: bool, curve: ServerCurve | None = None) -> None:
+    def __init__(self, config: RunConfig, run_dir: Path, *, resume: bool, curve: ServerCurve | None = None,
+                 progress_mode: str = ProgressMode.PLAIN) -> None:
+        """``progress_mode``: how the console shows progress (learner.progress.ProgressMode)."""
         self.config = config
         self.curve = curve
         """CURVE on every socket (None: plaintext, on loopback or with --insecure; see learner_curve)."""
@@ -85,6 +96,13 @@ class Learner:
         """What run() returns: 0 when a stop rule finished the run, 128 + the signal's number when one stopped it."""
         self.pool: PoolService | None = None
         self.metrics: MetricsLog | None = None
+        self.prometheus = LearnerMetrics(new_registry("learner"))
+        """The learner's Prometheus metrics, served at /metrics on network.metrics_port."""
+        self.prometheus.set_run(max_policy_lag=config.trainer.max_policy_lag,
+                                total_agent_steps=config.trainer.total_timesteps,
+                                policy_version=self.state.policy_version)
+        self.progress = ProgressLine(total_agent_steps=config.trainer.total_timesteps, mode=progress_mode,
+                                     stream=sys.stdout)
 
     def _last_checkpoint(self) -> Checkpoint | None:
         """The run directory's newest checkpoint (None in a run without one yet)."""
@@ -115,10 +133,11 @@ class Learner:
         threads_stop = threading.Event()
         self.zap = None if self.curve is None else ZapGuard(context, self.curve)
         try:
-            control, ingest, publisher = self._bind(context, threads_stop)
+            control, ingest, publisher, endpoint = self._bind(context, threads_stop)
         except AddressError:
             if self.zap is not None:
                 self.zap.stop()
+            threads_stop.set()
             context.destroy(linger=0)
             raise
         console = write_run_record(self.run_dir)  # provenance: command, git commit, versions, console.log
@@ -138,15 +157,18 @@ class Learner:
         print(f"learner: {socket.gethostname()} listening on {addresses.control.url} "
               f"(data {addresses.data.url}, weights {addresses.weights.url}, "
               f"{'CURVE' if self.curve is not None else 'plaintext'}); run dir {self.run_dir}", flush=True)
+        self._announce_metrics(endpoint)
         try:
             self._train(control, ingest, publisher)
         finally:
+            self.progress.close()  # the last update's line, before what the shutdown says
             self._save()
             self._shutdown_actors(control, publisher)
             threads_stop.set()
             control.join(timeout=5)
             ingest.join(timeout=5)
             publisher.close()
+            endpoint.close()
             if self.zap is not None:
                 self.zap.stop()
             context.term()
@@ -155,8 +177,9 @@ class Learner:
         return self.exit_code
 
     def _bind(self, context: zmq.Context,
-              threads_stop: threading.Event) -> tuple[ControlServer, Ingest, WeightsPublisher]:
-        """The control server, the ingest and the weights publisher, bound (AddressError where one cannot be)."""
+              threads_stop: threading.Event) -> tuple[ControlServer, Ingest, WeightsPublisher, MetricsEndpoint]:
+        """The control server, the ingest, the weights publisher and the Prometheus endpoint, bound (AddressError
+        where one cannot be)."""
         net, addresses = self.config.network, self.addresses
         limits = Limits(max_message_bytes=net.max_message_bytes)
         registration = {
@@ -171,7 +194,7 @@ class Learner:
                                     peer_timeout_s=net.peer_timeout_s, limits=limits, stop=threads_stop,
                                     registry=registry, sizing=HostSizing(trainer=self.config.trainer,
                                                                          num_agents=self.config.env.num_agents),
-                                    pool=self.pool, curve=self.curve)
+                                    pool=self.pool, curve=self.curve, announce=self.progress.event)
         with binding(addresses.data):
             ingest = Ingest(context=context, endpoint=addresses.data.url, segments=self.plan.segments,
                             env=self.spec, horizon=self.config.trainer.bptt_horizon + 1,
@@ -179,17 +202,37 @@ class Learner:
                             max_policy_lag=self.config.trainer.max_policy_lag, hwm=net.send_queue_messages,
                             buffer_bytes=net.socket_buffer_bytes, limits=limits, stop=threads_stop,
                             registry=registry, rows_per_message=net.rows_per_message,
-                            max_abs_value=net.max_abs_value, curve=self.curve)
+                            max_abs_value=net.max_abs_value, curve=self.curve, observer=self.prometheus)
         with binding(addresses.weights):
             publisher = WeightsPublisher(context=context, endpoint=addresses.weights.url, curve=self.curve)
-        return control, ingest, publisher
+        try:
+            endpoint = MetricsEndpoint(host=net.metrics_host, port=metrics_port(net),
+                                       registry=self.prometheus.registry,
+                                       routes={DISCOVERY_PATH: control.metrics_targets},
+                                       setting="--set network.metrics_port=PORT")
+        except MetricsBindError as err:
+            publisher.close()
+            raise AddressError(str(err)) from err
+        self.prometheus.watch(RunCounts(ingest=ingest.totals, control=control.counts, clients_refused=self._refused,
+                                        ingest_fill=ingest.occupancy, host_heartbeats=control.host_heartbeats))
+        return control, ingest, publisher, endpoint
+
+    @staticmethod
+    def _announce_metrics(endpoint: MetricsEndpoint) -> None:
+        """Say where Prometheus finds the learner and its hosts, with a warning when that is beyond loopback."""
+        print(f"learner: Prometheus metrics at {endpoint.url} (actor hosts: "
+              f"{endpoint.url.removesuffix('/metrics')}{DISCOVERY_PATH})", flush=True)
+        if endpoint.host in WILDCARD_HOSTS or not is_loopback(endpoint.host):
+            print(f"learner: warning: /metrics and host discovery bind {endpoint.address}, beyond loopback: plain "
+                  "HTTP without authentication, readable by anyone who reaches that address", flush=True)
 
     def _open_pool(self) -> PoolService | None:
         """With self-play: the run's snapshot store (kept across --resume), seeded with the current weights."""
         section = self.config.selfplay
         if not section.enabled:
             return None
-        service = PoolService(SnapshotStore(self.run_dir / "pool"), section, seed=self.config.run.seed)
+        service = PoolService(SnapshotStore(self.run_dir / "pool"), section, seed=self.config.run.seed,
+                              metrics=PoolMetrics(self.prometheus.registry))
         dropped = service.store.truncate_after(self.state.update)  # resumed: they are taken again
         if dropped:
             LOG.info("opponent pool: dropped %d snapshots newer than update %d", dropped, self.state.update)
@@ -267,10 +310,17 @@ class Learner:
                        hosts: ControlCounts, update_s: float) -> None:
         """One metrics.jsonl record and console line for the update just done."""
         selfplay = {} if self.pool is None else {**self.pool.take_stats(), **outcome_rates(counted.recent_returns)}
-        self.metrics.write(metrics_record(state=self.state, sps=lap.steps_per_s, ingest=counted,
-                                          update_metrics=update_metrics, hosts=hosts,
-                                          selfplay=selfplay, update_s=update_s,
-                                          clients_refused=0 if self.zap is None else self.zap.refused()))
+        record = metrics_record(state=self.state, sps=lap.steps_per_s, ingest=counted, update_metrics=update_metrics,
+                                hosts=hosts, selfplay=selfplay, update_s=update_s,
+                                clients_refused=self._refused())
+        self.metrics.write(record)
+        self.prometheus.observe_update(record=record, update_metrics=update_metrics, update_s=update_s,
+                                       samples=self.plan.segments * self.config.trainer.bptt_horizon)
+        self.progress.update(record)
+
+    def _refused(self) -> int:
+        """CURVE connection attempts refused so far (0 without CURVE)."""
+        return 0 if self.zap is None else self.zap.refused()
 
     def _checkpoint_on_interval(self) -> None:
         if self.state.update % self.config.run.checkpoint_interval == 0:
@@ -279,7 +329,7 @@ class Learner:
     def _apply_stop_rules(self) -> None:
         decision = check_stop_rules(self.config.trainer, self.state)
         if decision is not None:
-            print(decision.announcement, flush=True)
+            self.progress.event(decision.announcement)
             self.request_stop(decision.reason)
 
     def _shutdown_actors(self, control: ControlServer, publisher: WeightsPublisher) -> None:
@@ -290,7 +340,7 @@ class Learner:
         while time.monotonic() < deadline and control.host_count() > 0:
             publisher.publish_shutdown(reason)
             time.sleep(0.1)
-        print(f"learner: stopped ({reason}); final checkpoint in {self.run_dir / 'checkpoints'}", flush=True)
+        self.progress.event(f"learner: stopped ({reason}); final checkpoint in {self.run_dir / 'checkpoints'}")
 
 
 def install_signal_handlers(learner: Learner) -> None:

@@ -107,6 +107,7 @@ REQUIRED_FIELDS: dict[MessageType, dict[str, type]] = {
 #: Fields in neither table are passed through unchecked (beyond being
 #: msgpack-native) so that additive changes stay compatible.
 OPTIONAL_FIELDS: dict[MessageType, dict[str, type]] = {
+    MessageType.REGISTER: {"metrics_address": str},
     MessageType.REGISTERED: {"token": str},
     MessageType.HEARTBEAT: {"env_error": dict},
     MessageType.HEARTBEAT_ACK: {"run_id": str},

@@ -16,7 +16,7 @@ SHM = Path("/dev/shm")
 
 
 def free_port_triple() -> int:
-    """A port p with p, p+1 and p+2 free on 127.0.0.1 (control, data, weights)."""
+    """A port p with p to p+3 free on 127.0.0.1 (control, data, weights, and the learner's /metrics)."""
     for _ in range(200):
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
@@ -25,7 +25,7 @@ def free_port_triple() -> int:
             continue
         try:
             sockets = []
-            for port in (base, base + 1, base + 2):
+            for port in (base, base + 1, base + 2, base + 3):
                 s = socket.socket()
                 sockets.append(s)
                 s.bind(("127.0.0.1", port))

@@ -157,7 +157,8 @@ def test_bad_choice_lists_choices():
     ("trainer.batch_size=0", "trainer.batch_size: 0 is out of range; allowed: >= 1"),
     ("trainer.gae_lambda=-0.1", "trainer.gae_lambda: -0.1 is out of range"),
     ("trainer.prio_beta0=1.01", "trainer.prio_beta0: 1.01 is out of range"),
-    ("network.port=65534", "network.port: 65534 is out of range; allowed: >= 1 and <= 65533"),
+    ("network.port=65533", "network.port: 65533 is out of range; allowed: >= 1 and <= 65532"),
+    ("network.metrics_port=70000", "network.metrics_port: 70000 is out of range; allowed: >= 0 and <= 65535"),
     ("env.num_agents=0", "env.num_agents: 0 is out of range"),
 ])
 def test_out_of_range(override, expected):

@@ -45,7 +45,7 @@ def test_a_killed_host_is_counted_lost_and_training_goes_on(run):
         "the learner must keep training on the remaining host"
     assert learner.poll() is None and survivor.poll() is None
     learner_log = run.log("learner.log")
-    assert "silent for 3 s: forgotten" in learner_log and "hosts lost 1 failed 0" in learner_log
+    assert "silent for 3 s: forgotten" in learner_log  # lost 1, failed 0: first_lost above, from metrics.jsonl
 
     learner.send_signal(signal.SIGTERM)
     assert learner.wait(timeout=30) == 143, run.log("learner.log")  # 128 + SIGTERM: stopped, not finished

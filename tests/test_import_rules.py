@@ -13,7 +13,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
-LAYER = {"configs": 0, "protocol": 0, "envs": 1, "policies": 2, "actors": 3, "learner": 3, "evaluation": 4,
+LAYER = {"configs": 0, "protocol": 0, "telemetry": 0, "envs": 1, "policies": 2, "actors": 3, "learner": 3, "evaluation": 4,
          "examples": 4}
 """Each package's place in the order: a package may import its own modules and those of lower layers only."""
 

@@ -52,7 +52,7 @@ def test_two_actor_hosts_started_before_the_learner(run):
                           "--set", "trainer.total_timesteps=150000")
     assert learner.wait(timeout=180) == 0, run.log("learner.log")
     assert first.wait(timeout=30) == 0 and second.wait(timeout=30) == 0
-    assert run.log("learner.log").count("registered with 1 workers") == 2
+    assert run.log("learner.log").count("joined with 1 workers") == 2
     assert max(r["actor_hosts"] for r in metrics(run.run_dir)) == 2
     assert metrics(run.run_dir)[-1]["env_steps"] >= 150000
     run.assert_clean()

@@ -87,6 +87,18 @@ def test_a_port_in_use_is_one_line_and_exit_2(tmp_path, capsys):
     assert not (tmp_path / "run").exists()
 
 
+def test_a_metrics_port_in_use_is_one_line_naming_the_setting_and_leaves_no_run_dir(tmp_path, capsys):
+    port = free_port_triple()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", port + 3))  # the default metrics port: network.port + 3
+        taken.listen()
+        assert main(learner_args(tmp_path, f"network.port={port}")) == 2
+    err = one_line_error(capsys)
+    assert f"cannot bind the Prometheus endpoint at 127.0.0.1:{port + 3}: Address already in use" in err
+    assert "--set network.metrics_port=PORT; 0 takes a free one" in err
+    assert not (tmp_path / "run").exists()
+
+
 def test_an_env_that_raises_in_its_constructor_shows_the_users_file_and_line(tmp_path):
     source, first = inspect.getsourcelines(faulty_envs.BrokenConstructor.__init__)
     line = first + next(i for i, text in enumerate(source) if 'track["height"]' in text)

@@ -14,7 +14,7 @@ from learner.run_record import write_run_record
 
 
 def record(update: int, value: float) -> dict:
-    """Just the keys the console line prints, plus a nested dict and a None."""
+    """A few of the learner's keys, plus a nested dict and a None."""
     return {"update": update, "agent_steps": 100 * update, "sps": 10.0, "episode_return_mean": value,
             "policy_lag_mean": 1.0, "policy_loss": 0.1, "value_loss": 0.2, "entropy": 0.3, "approx_kl": 0.01,
             "clipfrac": 0.1, "explained_variance": 0.5, "win_rate": None,

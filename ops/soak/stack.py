@@ -50,14 +50,14 @@ class Leftovers:
 
 
 def free_port_triple() -> int:
-    """A port p with p, p+1 and p+2 free on 127.0.0.1 (the learner's control, data and weights ports)."""
+    """A port p with p to p+3 free on 127.0.0.1 (the learner's control, data and weights ports, and its /metrics)."""
     for _ in range(200):
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             base = probe.getsockname()[1]
         held: list[socket.socket] = []
         try:
-            for port in (base, base + 1, base + 2):
+            for port in (base, base + 1, base + 2, base + 3):
                 held.append(socket.socket())
                 held[-1].bind(("127.0.0.1", port))
             return base
@@ -66,7 +66,7 @@ def free_port_triple() -> int:
         finally:
             for sock in held:
                 sock.close()
-    raise RuntimeError("no three consecutive free ports found on 127.0.0.1")
+    raise RuntimeError("no four consecutive free ports found on 127.0.0.1")
 
 
 def rss_kib(pid: int) -> int | None:
