@@ -17,11 +17,9 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 from prometheus_client.registry import Collector
 
 from actors.rows_report import RowsReport
+from telemetry.buckets import MESSAGE_BYTES, SHORT_SECONDS
 
-STEP_SECONDS_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 BATCH_AGENTS_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
-MESSAGE_BYTES_BUCKETS = tuple(float(1 << shift) for shift in range(10, 29, 2))
-"""1 KiB to 256 MiB in steps of 4x."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -98,14 +96,14 @@ class HostMetrics:
                                                                                    "answered this host.",
                               registry=registry)
         self.inference_step = Histogram("sluice_actor_inference_step_seconds", "Seconds of one inference step "
-                                        "(gather, policy, record in the assembler).", buckets=STEP_SECONDS_BUCKETS,
+                                        "(gather, policy, record in the assembler).", buckets=SHORT_SECONDS,
                                         registry=registry)
         self.forward_pass = Histogram("sluice_actor_forward_pass_seconds", "Seconds of one policy forward pass "
-                                      "(sampling included).", buckets=STEP_SECONDS_BUCKETS, registry=registry)
+                                      "(sampling included).", buckets=SHORT_SECONDS, registry=registry)
         self.batch_agents = Histogram("sluice_actor_inference_batch_agents", "Agents decided for in one forward "
                                       "pass.", buckets=BATCH_AGENTS_BUCKETS, registry=registry)
         self.message_bytes = Histogram("sluice_actor_message_bytes", "Size of each ROWS message shipped.",
-                                       buckets=MESSAGE_BYTES_BUCKETS, registry=registry)
+                                       buckets=MESSAGE_BYTES, registry=registry)
         self.view = _HostViewCollector(registry)
 
     def attach(self, read: Callable[[], HostView]) -> None:

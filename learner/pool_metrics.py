@@ -8,7 +8,8 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-REQUEST_SECONDS_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
+from telemetry.buckets import SHORT_SECONDS
+
 REQUEST_TYPES = ("get_opponents", "get_snapshot")
 
 
@@ -24,7 +25,7 @@ class PoolMetrics:
         self.sent_bytes = Counter("sluice_pool_sent_bytes", "Snapshot file bytes sent to actor hosts.",
                                   registry=registry)
         self.duration = Histogram("sluice_pool_request_duration_seconds", "Seconds to answer one pool request.",
-                                  ["type"], buckets=REQUEST_SECONDS_BUCKETS, registry=registry)
+                                  ["type"], buckets=SHORT_SECONDS, registry=registry)
         self.snapshots = Gauge("sluice_pool_snapshots", "Snapshots in the opponent pool.", registry=registry)
         for kind in REQUEST_TYPES:
             self.requests.labels(kind)

@@ -23,11 +23,10 @@ from prometheus_client.registry import Collector
 
 from learner.control import ControlCounts
 from learner.ingest import IngestTotals
+from telemetry.buckets import MESSAGE_BYTES
 from telemetry.bulk_histogram import BulkHistogram
 
 UPDATE_SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
-MESSAGE_BYTES_BUCKETS = tuple(float(1 << shift) for shift in range(10, 29, 2))
-"""1 KiB to 256 MiB in steps of 4x (network.max_message_bytes is 256 MiB by default)."""
 LAG_BUCKETS = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64, 128)
 ROW_DROP_REASONS = ("stale", "future")
 COMMON_DROP_REASONS = ("not_registered", "identity_mismatch", "too_large", "bad_field", "non_finite", "absurd_value",
@@ -104,26 +103,25 @@ class RunCounts(Collector):
         return self.collect()
 
 
-def _counter(name: str, documentation: str, value: float | Mapping[str, float], *,
-             label: str | None = None) -> CounterMetricFamily:
-    """A counter family: one value, or one per value of ``label``."""
+def _family(kind: type[CounterMetricFamily] | type[GaugeMetricFamily], name: str, documentation: str,
+            value: float | Mapping[str, float], *, label: str | None = None) -> Metric:
+    """A counter or gauge family (``kind``): one value, or one per value of ``label``."""
     if label is None:
-        return CounterMetricFamily(name, documentation, value=value)
-    family = CounterMetricFamily(name, documentation, labels=[label])
+        return kind(name, documentation, value=value)
+    family = kind(name, documentation, labels=[label])
     for key, number in sorted(value.items()):
         family.add_metric([key], number)
     return family
+
+
+def _counter(name: str, documentation: str, value: float | Mapping[str, float], *,
+             label: str | None = None) -> Metric:
+    return _family(CounterMetricFamily, name, documentation, value, label=label)
 
 
 def _gauges(name: str, documentation: str, value: float | Mapping[str, float], *,
-            label: str | None = None) -> GaugeMetricFamily:
-    """A gauge family: one value, or one per value of ``label``."""
-    if label is None:
-        return GaugeMetricFamily(name, documentation, value=value)
-    family = GaugeMetricFamily(name, documentation, labels=[label])
-    for key, number in sorted(value.items()):
-        family.add_metric([key], number)
-    return family
+            label: str | None = None) -> Metric:
+    return _family(GaugeMetricFamily, name, documentation, value, label=label)
 
 
 class LearnerMetrics:
@@ -141,7 +139,7 @@ class LearnerMetrics:
         self.skipped_steps = Counter("sluice_skipped_steps", "Optimizer steps skipped for a non-finite loss or "
                                                              "gradient.", registry=registry)
         self.message_bytes = Histogram("sluice_received_message_bytes", "Size of each ROWS message received.",
-                                       buckets=MESSAGE_BYTES_BUCKETS, registry=registry)
+                                       buckets=MESSAGE_BYTES, registry=registry)
         self.policy_lag = BulkHistogram("sluice_policy_lag_versions", "Policy lag of each accepted row: the "
                                         "learner's version minus the version that acted.", buckets=LAG_BUCKETS,
                                         registry=registry)
