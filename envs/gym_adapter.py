@@ -62,6 +62,15 @@ class GymnasiumVecEnv:
         self._returns = np.zeros(num_envs, dtype=np.float64)
         self._lengths = np.zeros(num_envs, dtype=np.int64)
 
+    def render_first(self) -> np.ndarray:
+        """Env 0's current frame as [height, width, 3] uint8, from its ``render()``: the envs must have been made
+        with ``render_mode='rgb_array'`` (env.kwargs), as ``python -m learner.evaluate --video`` makes them."""
+        frame = self._envs[0].render()
+        if not isinstance(frame, np.ndarray) or frame.ndim != 3 or frame.shape[-1] < 3:
+            raise EnvConfigError(f"gymnasium env '{self.gym_id}' rendered {type(frame).__name__} instead of an RGB "
+                                 "frame; it needs render_mode='rgb_array' (env.kwargs.render_mode)")
+        return np.ascontiguousarray(frame[..., :3], dtype=np.uint8)
+
     def _reset_one(self, index: int, seed: int | None, buffers: StepBuffers) -> None:
         """Reset env ``index``; write its validated first observation (and action mask)."""
         try:

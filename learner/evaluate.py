@@ -6,14 +6,16 @@
 Loads ``config.yaml`` and a checkpoint's ``model.safetensors`` (the newest unless ``--checkpoint N`` names an
 update), plays ``--episodes`` agent episodes in this process (``learner.episode_runner``) and prints the mean
 return with a 95% confidence interval (mean +- 1.96 * std / sqrt(n)), the episode count and the mean length.
-``--video`` writes env 0's episodes as an mp4 (imageio's ffmpeg plugin; built-in cartpole, gridworld and
-connect_four only). Usage and input problems print one line ``python -m learner.evaluate: error: <message>``
+``--video`` writes env 0's episodes as an mp4 (imageio's ffmpeg plugin): the built-in cartpole, gridworld and
+connect_four are drawn by ``learner.frames``, a Gymnasium env by its own ``render()`` (made with
+render_mode='rgb_array'). Usage and input problems print one line ``python -m learner.evaluate: error: <message>``
 on stderr and exit with status 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import sys
 from collections.abc import Sequence
@@ -26,7 +28,7 @@ from envs.base import StepBuffers, VecEnv
 from envs.errors import EnvConfigError
 from learner.episode_runner import EpisodeResults, run_episodes
 from learner.frames import frame_drawer
-from learner.load_policy import LoadPolicyError, load_policy
+from learner.load_policy import LoadedPolicy, LoadPolicyError, load_policy
 
 PROG = "python -m learner.evaluate"
 VIDEO_FPS = 30
@@ -101,6 +103,8 @@ def evaluate(args: argparse.Namespace) -> ReturnSummary:
         draw = frame_drawer(loaded.config.env.name)
     except ValueError as err:
         raise EvaluateError(str(err)) from err
+    if loaded.config.env.name == "gymnasium":  # a Gymnasium env draws itself when made to
+        loaded = rendering(loaded)
     frames: list[np.ndarray] = []
 
     def record(env: VecEnv, buffers: StepBuffers) -> None:
@@ -111,6 +115,12 @@ def evaluate(args: argparse.Namespace) -> ReturnSummary:
     write_video(args.video, frames)
     print(f"wrote {len(frames)} frames to {args.video}")
     return summarise(results)
+
+
+def rendering(loaded: LoadedPolicy) -> LoadedPolicy:
+    """``loaded`` with its Gymnasium env made with ``render_mode='rgb_array'`` (added to env.kwargs)."""
+    env = dataclasses.replace(loaded.config.env, kwargs={**loaded.config.env.kwargs, "render_mode": "rgb_array"})
+    return dataclasses.replace(loaded, config=dataclasses.replace(loaded.config, env=env))
 
 
 def write_video(path: Path, frames: list[np.ndarray]) -> None:

@@ -18,8 +18,8 @@ from envs.gridworld import CONVERTER, DEPLETED, EMPTY, RESOURCE, WALL
 FrameDrawer = Callable[[VecEnv, StepBuffers], np.ndarray]
 """Draws env 0 as a [height, width, 3] uint8 frame."""
 
-DRAWN_ENVS = ("cartpole", "gridworld", "connect_four")
-"""The env.name values ``frame_drawer`` can draw."""
+DRAWN_ENVS = ("cartpole", "gridworld", "connect_four", "gymnasium")
+"""The env.name values ``frame_drawer`` can draw (a Gymnasium env draws itself, through render_mode='rgb_array')."""
 
 CARTPOLE_SIZE = (240, 384)
 """(height, width) of a CartPole frame."""
@@ -37,11 +37,17 @@ _BOARD_BLUE = (30, 60, 170)
 
 def frame_drawer(env_name: str) -> FrameDrawer:
     """The drawer for env ``env_name`` (ValueError naming the drawable envs for any other)."""
-    drawers = {"cartpole": draw_cartpole, "gridworld": draw_gridworld, "connect_four": draw_connect_four}
+    drawers = {"cartpole": draw_cartpole, "gridworld": draw_gridworld, "connect_four": draw_connect_four,
+               "gymnasium": draw_gymnasium}
     if env_name not in drawers:
         allowed = ", ".join(repr(name) for name in DRAWN_ENVS)
         raise ValueError(f"--video cannot draw env {env_name!r}; allowed envs: {allowed}")
     return drawers[env_name]
+
+
+def draw_gymnasium(env: VecEnv, buffers: StepBuffers) -> np.ndarray:
+    """Env 0 of a Gymnasium env, as its own ``render()`` draws it (``GymnasiumVecEnv.render_first``)."""
+    return env.render_first()
 
 
 def draw_cartpole(env: VecEnv, buffers: StepBuffers) -> np.ndarray:

@@ -98,6 +98,19 @@ def test_video_of_cartpole_is_a_readable_mp4(cartpole_run: Path, tmp_path: Path,
     assert frames[0].shape == (240, 384, 3)
 
 
+def test_video_of_a_gymnasium_env_comes_from_its_own_rgb_array_render(tmp_path: Path, capsys) -> None:
+    run_dir = make_run_dir(tmp_path / "run", ["env.name=gymnasium", "env.gym_id=CartPole-v1", "env.max_steps=20"])
+    video = tmp_path / "gym.mp4"
+    code, out, err = evaluate(capsys, "--run-dir", str(run_dir), "--episodes", "2", "--video", str(video))
+    assert code == 0, err
+    written = int(re.search(r"wrote (\d+) frames", out).group(1))
+    frames = read_frames(video)
+    assert len(frames) == written > 0
+    assert frames[0].shape == (400, 608, 3)  # Gymnasium's 400 x 600 CartPole frame, padded to a multiple of 16
+    assert frames[0].std() > 0  # a drawn scene, not a blank frame
+    assert "render_mode" not in (run_dir / "config.yaml").read_text()  # the run's config is left as it was
+
+
 @pytest.mark.parametrize("env_overrides", [
     ["env.name=gridworld", "env.num_agents=3", "env.max_steps=12", "model.core=lstm"],
     ["env.name=connect_four", "env.num_agents=2"],
