@@ -7,6 +7,7 @@ import json
 import signal
 import subprocess
 import sys
+import urllib.request
 
 import numpy as np
 import pytest
@@ -67,6 +68,12 @@ def test_selfplay_run_fills_the_pool_and_the_elo_tool_rates_it(run, tmp_path):
         with pytest.raises(PoolError, match="missing"):
             client.snapshot("0" * 64)
         client.close()
+        with urllib.request.urlopen(f"http://127.0.0.1:{port + 1}/metrics", timeout=5) as reply:  # --bind port + 1
+            exposed = reply.read().decode()
+        assert 'sluice_pool_requests_total{type="get_opponents"} 1.0' in exposed
+        assert 'sluice_pool_requests_total{type="get_snapshot"} 1.0' in exposed
+        assert 'sluice_pool_rejected_total{reason="not_found"} 1.0' in exposed
+        assert f"sluice_pool_snapshots {float(last['pool_snapshots'])}" in exposed
     finally:
         server.send_signal(signal.SIGTERM)
         assert server.wait(timeout=10) == 0
