@@ -10,6 +10,7 @@ import sys
 
 from protocol.bind_rule import client_curve_for
 from protocol.endpoints import parse_endpoint
+from telemetry.options import add_metrics_options, metrics_port_error
 
 DEFAULT_LEARNER = "tcp://127.0.0.1:5555"
 KEY_OPTIONS = "--curve-server-key server.key --curve-client-key NAME.key_secret"
@@ -43,12 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
                           help="this host's NAME.key_secret (its NAME.key must be in the learner's allowed clients)")
     security.add_argument("--insecure", action="store_true",
                           help="talk to a learner beyond loopback without CURVE (it must run with --insecure too)")
-    monitoring = parser.add_argument_group("monitoring (Prometheus; the learner serves this host's address to it)")
-    monitoring.add_argument("--metrics-port", type=int, default=0, metavar="PORT",
-                            help="port of this host's /metrics (default 0: a free port, reported to the learner)")
-    monitoring.add_argument("--metrics-host", default="127.0.0.1", metavar="ADDR",
-                            help="address /metrics binds (default 127.0.0.1; 0.0.0.0 or this host's address for a "
-                                 "Prometheus on another machine: plain HTTP, no authentication)")
+    add_metrics_options(parser, port_default=0, port_help="port of this host's /metrics (default 0: a free port; "
+                                                          "the learner hands it to Prometheus)")
     parser.add_argument("--null-policy", action="store_true",
                         help="benchmark mode: uniformly random (legal) actions instead of the learner's policy, "
                              "no network; rows still stream to the learner (ops/bench/pipeline.py uses it)")
@@ -60,8 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.n is not None and args.n < 1:
         return _fail(f"--n must be at least 1, got {args.n}")
-    if not 0 <= args.metrics_port <= 65535:
-        return _fail(f"--metrics-port must be a port number in 0..65535 (0: a free port), got {args.metrics_port}")
+    if (problem := metrics_port_error(args.metrics_port)) is not None:
+        return _fail(problem)
     try:
         endpoint = parse_endpoint(args.learner, "--learner")
     except ValueError as err:

@@ -34,6 +34,7 @@ from protocol.bind_rule import InsecureEndpointError, server_curve_for
 from protocol.curve import CurveKeyError, ServerCurve, ZapGuard
 from protocol.endpoints import parse_endpoint
 from telemetry.exporter import MetricsBindError, MetricsEndpoint
+from telemetry.options import add_metrics_options, metrics_port_error
 from telemetry.registry import new_registry
 
 POOL_REQUESTS = (MessageType.GET_OPPONENTS, MessageType.GET_SNAPSHOT)
@@ -196,16 +197,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="CURVE: directory of allowed actor hosts' public .key files")
     parser.add_argument("--insecure", action="store_true",
                         help="allow binding beyond loopback without CURVE (no encryption, no authentication)")
-    parser.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
-                        help="port of the Prometheus /metrics (default: the --bind port + 1; 0: a free port)")
-    parser.add_argument("--metrics-host", default="127.0.0.1", metavar="ADDR",
-                        help="address /metrics binds (default %(default)s; plain HTTP, no authentication)")
+    add_metrics_options(parser, port_default=None, port_help="port of the Prometheus /metrics (default: the --bind "
+                                                             "port + 1; 0: a free port)")
     args = parser.parse_args(argv)
     try:
         bind = parse_endpoint(args.bind, "--bind")
         metrics_port = args.metrics_port if args.metrics_port is not None else (bind.port or 0) + 1
-        if not 0 <= metrics_port <= 65535:
-            raise ValueError(f"--metrics-port must be a port number in 0..65535 (0: a free port), got {metrics_port}")
+        if (problem := metrics_port_error(metrics_port)) is not None:
+            raise ValueError(problem)
         curve = server_curve_for(bind, secret_key=args.curve_secret_key,
                                  allowed_clients=args.curve_allowed_clients, insecure=args.insecure,
                                  who="the pool server",
