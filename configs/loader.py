@@ -23,6 +23,7 @@ DEFAULTS_PATH = CONFIG_DIR / "defaults.yaml"
 DEFAULT_RUN_CONFIG = CONFIG_DIR / "cartpole.yaml"
 
 # Inclusive/exclusive numeric bounds per key: (low, low_inclusive, high, high_inclusive); None = unbounded.
+# A list-valued key's bounds apply to each of its items.
 _BOUNDS: dict[str, tuple[float | None, bool, float | None, bool]] = {
     **{f"trainer.{k}": (1, True, None, False) for k in (
         "num_workers", "batch_size", "minibatch_size", "bptt_horizon", "update_epochs",
@@ -74,6 +75,15 @@ _BOUNDS: dict[str, tuple[float | None, bool, float | None, bool]] = {
     "network.max_message_bytes": (1024, True, None, False),
     "network.max_abs_value": (0.0, False, None, False),
     "network.socket_buffer_bytes": (4096, True, None, False),
+    "coma.actor_lr": (0.0, False, None, False),
+    "coma.critic_lr": (0.0, False, None, False),
+    "coma.gamma": (0.0, False, 1.0, True),
+    "coma.tau": (0.0, False, 1.0, True),
+    **{f"coma.{k}": (1, True, None, False) for k in (
+        "batch_size", "epochs", "rollout_length", "buffer_size", "hidden_sizes", "counterfactual_samples")},
+    "coma.max_grad_norm": (0.0, False, None, False),
+    "coma.max_importance_weight": (0.0, False, None, False),
+    "coma.entropy_coef": (0.0, True, None, False),
 }
 
 
@@ -298,6 +308,12 @@ def _check_value(dotted: str, hint: Any, value: Any) -> Any:
         if not isinstance(value, dict):
             raise ConfigError(f"{dotted}: expected a mapping, got {value!r}")
         return dict(value)
+    elif origin is list:
+        (item_hint,) = typing.get_args(base)
+        if not isinstance(value, list) or not value:
+            raise ConfigError(f"{dotted}: expected a non-empty list (each item {_describe(item_hint)}), "
+                              f"got {value!r}")
+        return [_check_value(dotted, item_hint, item) for item in value]
     _check_bounds(dotted, value)
     return value
 

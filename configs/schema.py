@@ -15,6 +15,8 @@ SCHEDULES = ("constant", "cosine", "linear", "logarithmic")
 OPTIMIZERS = ("adam", "adamw")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
 MODEL_CORES = ("mlp", "lstm")
+ALGORITHMS = ("ppo", "coma")
+COMA_DEFAULT_ACTIONS = ("zero", "mean", "sampled")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,6 +41,8 @@ class RunSection:
 class TrainerSection:
     """PPO and batch settings; names and default values follow seeds/000."""
 
+    algorithm: str = "ppo"
+    """Learning algorithm: ppo (seeds/000) or coma (seeds/004; its settings are the coma section)."""
     num_workers: int = 16
     """Env worker processes per actor host (python -m actors --n overrides it on that host)."""
     batch_size: int = 524288
@@ -199,6 +203,46 @@ class SelfPlaySection:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ComaSection:
+    """COMA for cooperative continuous control (seeds/004; names and default values follow the seed)."""
+
+    actor_lr: float = 3e-4
+    """Adam learning rate of the actors."""
+    critic_lr: float = 3e-4
+    """Adam learning rate of the centralised critic."""
+    gamma: float = 0.99
+    """Discount factor of the critic's TD target."""
+    tau: float = 0.005
+    """Soft target update rate in (0, 1]: theta' <- tau * theta + (1 - tau) * theta' (1 = hard copy)."""
+    batch_size: int = 64
+    """Transitions per gradient step, sampled uniformly from the replay buffer."""
+    epochs: int = 10
+    """Gradient steps (critic, then actors, then target updates) per rollout."""
+    rollout_length: int = 2000
+    """Env steps collected between updates."""
+    buffer_size: int = 100_000
+    """Replay buffer capacity in transitions (the oldest are overwritten)."""
+    max_grad_norm: float = 0.5
+    """Gradient norm clip, applied to the critic and to each actor."""
+    entropy_coef: float = 0.0
+    """Weight of the entropy bonus in the actor loss (0 = off; the pre-squash Gaussian entropy)."""
+    hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])
+    """Hidden layer widths (ReLU) of the actors and of the critic."""
+    parameter_sharing: bool = False
+    """One actor per agent (false, the seed's design) or one shared actor fed a one-hot agent id (true)."""
+    default_action: str = "zero"
+    """Agent i's action in the counterfactual baseline: zero (the env's no-op; default because the seed specifies it
+    and it is the cheapest, one extra critic row per agent), mean (the agent's own mean action) or sampled (Monte
+    Carlo over the agent's policy, the original COMA baseline; counterfactual_samples rows per agent). None depends
+    on agent i's taken action, so all keep the policy gradient unbiased; they differ in variance and cost."""
+    counterfactual_samples: int = 8
+    """Draws per agent and transition for default_action: sampled."""
+    max_importance_weight: float = 1.0
+    """c: the actor loss weighs a replayed action by min(pi/mu, c) (exactly the seed's gradient on fresh data;
+    bounded on stale replay, where the unweighted loss diverges); learner/coma_algorithm.py says why."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class RunConfig:
     """A whole run: every section."""
 
@@ -214,6 +258,8 @@ class RunConfig:
     """Sockets and liveness."""
     selfplay: SelfPlaySection = field(default_factory=SelfPlaySection)
     """Self-play against the opponent pool."""
+    coma: ComaSection = field(default_factory=ComaSection)
+    """COMA settings (used when trainer.algorithm is coma)."""
 
 
 SECTIONS: dict[str, type] = {
@@ -223,6 +269,7 @@ SECTIONS: dict[str, type] = {
     "model": ModelSection,
     "network": NetworkSection,
     "selfplay": SelfPlaySection,
+    "coma": ComaSection,
 }
 
 CHOICES: dict[str, tuple[str, ...]] = {
@@ -234,4 +281,6 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "trainer.optimizer": OPTIMIZERS,
     "trainer.compile_mode": COMPILE_MODES,
     "model.core": MODEL_CORES,
+    "trainer.algorithm": ALGORITHMS,
+    "coma.default_action": COMA_DEFAULT_ACTIONS,
 }

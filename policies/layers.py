@@ -30,6 +30,17 @@ def torso(inputs: int, model: ModelSection) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
+def relu_mlp(inputs: int, hidden: tuple[int, ...] | list[int], outputs: int, output_gain: float) -> nn.Sequential:
+    """Linear + ReLU layers of the ``hidden`` widths (orthogonal, gain sqrt 2), then a linear output layer."""
+    layers: list[nn.Module] = []
+    width = inputs
+    for size in hidden:
+        layers += [layer(width, size, math.sqrt(2)), nn.ReLU()]
+        width = size
+    layers.append(layer(width, outputs, output_gain))
+    return nn.Sequential(*layers)
+
+
 def torso_width(inputs: int, model: ModelSection) -> int:
     """Features out of ``torso(inputs, model)``."""
     return model.hidden_size if model.num_layers else inputs

@@ -103,9 +103,9 @@ def test_parse_override():
 def test_unknown_section_names_allowed_sections(tmp_path):
     msg = config_error("trainr.gamma=0.9")
     assert "unknown section 'trainr'" in msg and "did you mean 'trainer'" in msg
-    assert "allowed: env, model, network, run, selfplay, trainer" in msg
+    assert "allowed: coma, env, model, network, run, selfplay, trainer" in msg
     msg = config_error(path=write(tmp_path, "bogus:\n  a: 1\n"))
-    assert "unknown section 'bogus'" in msg and "allowed: env, model, network, run, selfplay, trainer" in msg
+    assert "unknown section 'bogus'" in msg and "allowed: coma, env, model, network, run, selfplay, trainer" in msg
 
 
 def test_unknown_key_names_key_hint_and_allowed(tmp_path):

@@ -87,6 +87,14 @@ def test_a_port_in_use_is_one_line_and_exit_2(tmp_path, capsys):
     assert not (tmp_path / "run").exists()
 
 
+def test_coma_in_the_distributed_learner_is_one_line_naming_what_runs_it(tmp_path, capsys):
+    assert main(learner_args(tmp_path, "trainer.algorithm=coma")) == 2
+    err = one_line_error(capsys)
+    assert "trainer.algorithm: 'coma' does not run in the distributed learner yet (only 'ppo' does)" in err
+    assert "ops/bench/coma_spread.py" in err
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_metrics_port_in_use_is_one_line_naming_the_setting_and_leaves_no_run_dir(tmp_path, capsys):
     port = free_port_triple()
     with socket.socket() as taken:
