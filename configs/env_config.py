@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 ENV_NAMES = ("cartpole", "gridworld", "native", "gymnasium", "gymnasium_vector", "pettingzoo",
-             "probe_truncation", "probe_memory", "connect_four")
+             "probe_truncation", "probe_memory", "connect_four", "simple_spread")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -14,9 +14,11 @@ class EnvConfig:
     """Which env to build and its size; shared by actors (which build it) and learner (which reads its spec)."""
 
     name: str = "cartpole"
-    """Env family: cartpole, gridworld or connect_four (built-in; connect_four is two-player turn-based, so
-    num_agents 2), native (your own VecEnv, by entry_point), gymnasium (one env by gym_id), gymnasium_vector or
-    pettingzoo (built by entry_point), or a learner probe: probe_truncation, probe_memory."""
+    """Env family: cartpole, gridworld, connect_four or simple_spread (built-in; connect_four is two-player
+    turn-based, so num_agents 2; simple_spread is mpe2's MPE simple_spread_v3 with continuous actions, N agents
+    and N landmarks, kwargs local_ratio, max_steps <= 0 meaning mpe2's 25), native (your own VecEnv, by
+    entry_point), gymnasium (one env by gym_id), gymnasium_vector or pettingzoo (built by entry_point), or a
+    learner probe: probe_truncation, probe_memory."""
     gym_id: str = "CartPole-v1"
     """Gymnasium env id, used when name is 'gymnasium'."""
     entry_point: str = ""

@@ -16,6 +16,7 @@ from envs.cartpole import CartPoleVec
 from envs.connect_four import ConnectFourVec, check_max_steps
 from envs.gridworld import GridworldVec, grid_settings
 from envs.probes import MemoryProbeVec, TruncationProbeVec, memory_delay
+from envs.simple_spread import SimpleSpreadVec, spread_local_ratio
 from configs.env_config import ENV_NAMES, EnvConfig
 from envs.errors import EnvConfigError, EnvRaised
 
@@ -100,11 +101,21 @@ def _gridworld_spec(cfg: EnvConfig) -> EnvSpec:
     return GridworldVec.spec_for(cfg.num_agents, cfg.obs_height, cfg.obs_width)
 
 
+def _simple_spread_spec(cfg: EnvConfig) -> EnvSpec:
+    """Validate simple_spread's kwargs (local_ratio) and agent count (any >= 1, landmarks as many as agents)."""
+    spread_local_ratio(cfg.kwargs)
+    if cfg.num_agents < 1:
+        raise EnvConfigError(f"env.num_agents for env 'simple_spread' must be >= 1, got {cfg.num_agents}")
+    return SimpleSpreadVec.spec_for(cfg.num_agents)
+
+
 def _declared_spec(cfg: EnvConfig) -> EnvSpec | None:
     """The spec of a built-in env (validated against ``cfg``), or None for an external one."""
     _check_name(cfg)
     if cfg.name == "gridworld":
         return _gridworld_spec(cfg)
+    if cfg.name == "simple_spread":
+        return _simple_spread_spec(cfg)
     if cfg.name in _BUILTIN_SPECS:
         return _check_builtin(cfg)
     return None
@@ -171,6 +182,10 @@ def make_vec_env(cfg: EnvConfig, num_envs: int) -> VecEnv:
         _gridworld_spec(cfg)
         return GridworldVec(num_envs, num_agents=cfg.num_agents, obs_height=cfg.obs_height,
                             obs_width=cfg.obs_width, max_steps=cfg.max_steps, kwargs=cfg.kwargs)
+    if cfg.name == "simple_spread":
+        _simple_spread_spec(cfg)
+        return SimpleSpreadVec(num_envs, num_agents=cfg.num_agents, max_steps=cfg.max_steps,
+                               local_ratio=spread_local_ratio(cfg.kwargs))
     if cfg.name in _BUILTIN_SPECS:
         _check_builtin(cfg)
         if cfg.name == "cartpole":
