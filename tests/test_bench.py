@@ -53,3 +53,13 @@ def test_curve_cost_bench_reports_both_modes_and_their_ratio() -> None:
     modes = {r["mode"]: r for r in records if "mode" in r}
     assert set(modes) == {"plaintext", "curve"} and all(m["gbytes_per_s"] > 0 for m in modes.values())
     assert [r for r in records if r.get("curve_over_plaintext", 0) > 0]
+
+
+def test_coma_spread_bench_scores_random_scripted_and_coma_team_returns() -> None:
+    records = run_bench("coma_spread.py", "--seeds", "1", "--seconds", "1", "--episodes", "8", "--envs", "4",
+                        "--set", "coma.rollout_length=128", "--set", "coma.hidden_sizes=[16, 16]")
+    policies = {r["policy"]: r for r in records}
+    assert set(policies) == {"random", "scripted", "coma"}
+    assert all(r["episodes"] == 8 and r["team_return_mean"] < 0 for r in records)
+    assert policies["scripted"]["team_return_mean"] > policies["random"]["team_return_mean"]
+    assert policies["coma"]["transitions"] >= 128

@@ -1,0 +1,75 @@
+"""Benchmark: the project's PPO (independent per-agent critics: each agent's row has its own value) on
+simple_spread, scored like ``coma_spread.py`` for a side-by-side table.
+
+For each seed: the real learner and one actor host (separate processes, ZeroMQ, shared memory) train
+``configs/simple_spread.yaml`` for ``--seconds`` of wall-clock, the learner is stopped with SIGINT (final
+checkpoint), then ``python -m learner.evaluate --deterministic`` plays ``3 * --episodes`` agent episodes (all three
+agents of ``--episodes`` env episodes). The team return is 3 x the mean agent return (every agent's episode lasts
+the same 25 steps).
+
+Usage: .venv/bin/python ops/bench/ppo_spread.py [--seeds 1 2 3] [--seconds 600] [--episodes 200] [--port 6300]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from benchlib import emit
+
+REPO = Path(__file__).resolve().parents[2]
+NUM_AGENTS = 3
+SUMMARY = re.compile(r"mean return (-?[\d.]+) \+- ([\d.]+) \(95% CI\) over (\d+) episodes")
+AGENT_STEPS = re.compile(r"([\d,]+)/[\d.,]+[KMGT]? ")
+
+
+def trial(seed: int, *, seconds: float, episodes: int, port: int) -> dict:
+    """Train one seed for ``seconds``, evaluate it; returns its figures."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with tempfile.TemporaryDirectory() as tmp:
+        run_dir = Path(tmp, "run")
+        learner = subprocess.Popen(
+            [sys.executable, "-m", "learner", "--config", "simple_spread", "--run-dir", str(run_dir), "--plain",
+             "--set", f"network.port={port}", "--set", f"run.seed={seed}",
+             "--set", "trainer.total_timesteps=1000000000"],
+            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        actors = subprocess.Popen([sys.executable, "-m", "actors", "--learner", f"tcp://127.0.0.1:{port}"], cwd=REPO,
+                                  env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(seconds)
+        learner.send_signal(signal.SIGINT)
+        out, _ = learner.communicate(timeout=120)
+        actors.wait(timeout=60)
+        done = subprocess.run([sys.executable, "-m", "learner.evaluate", "--run-dir", str(run_dir), "--episodes",
+                               str(NUM_AGENTS * episodes), "--deterministic", "--seed", str(seed)],
+                              cwd=REPO, capture_output=True, text=True, timeout=600)
+    match = SUMMARY.search(done.stdout)
+    steps = AGENT_STEPS.findall(out)
+    agent_mean = float(match.group(1)) if match else None
+    return {"bench": "ppo_spread", "policy": "ppo", "seed": seed, "train_s": seconds,
+            "agent_steps": int(steps[-1].replace(",", "")) if steps else None,
+            "learner_exit_code": learner.returncode, "episodes": episodes,
+            "agent_return_mean": agent_mean,
+            "team_return_mean": round(NUM_AGENTS * agent_mean, 2) if agent_mean is not None else None,
+            "evaluate_error": None if match else done.stderr[-500:]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--seconds", type=float, default=600.0, help="training wall-clock per seed")
+    parser.add_argument("--episodes", type=int, default=200, help="evaluation env episodes")
+    parser.add_argument("--port", type=int, default=6300, help="the learner's network.port (and the next three)")
+    args = parser.parse_args()
+    for seed in args.seeds:
+        emit(trial(seed, seconds=args.seconds, episodes=args.episodes, port=args.port))
+
+
+if __name__ == "__main__":
+    main()
