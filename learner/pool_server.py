@@ -212,11 +212,11 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, CurveKeyError, InsecureEndpointError) as err:
         print(f"python -m learner.pool_server: error: {err}", file=sys.stderr)
         return 2
-    from configs.loader import ConfigError, load_config
+    from learner.run_dir import RunDirError, read_run_config
     run_dir = Path(args.run_dir)
     try:
-        config = load_config(run_dir / "config.yaml")
-    except (ConfigError, OSError) as err:
+        config = read_run_config(run_dir)
+    except RunDirError as err:
         print(f"python -m learner.pool_server: error: {run_dir} is not a run directory: {err}", file=sys.stderr)
         return 2
     if not (run_dir / "pool").is_dir():
