@@ -3,6 +3,10 @@
 An env owns ``num_envs`` environments of ``num_agents`` agents each, so ``num_envs * num_agents`` agent
 slots. It never allocates its outputs: the caller hands it a ``StepBuffers`` whose arrays are views into
 shared memory, and ``reset``/``step`` write straight into them. Episodes auto-reset inside ``step``.
+
+An env with ``state_size > 0`` (a global state, for centralised critics such as COMA's) writes
+``global_state`` in reset and step, and ``final_global_state`` for every env whose episode ended on the step;
+both are per slot, every agent slot of an env holding its env's values.
 """
 
 from __future__ import annotations
@@ -32,8 +36,13 @@ class EnvSpec:
     """Whether the env writes legal-action masks (discrete kinds only)."""
     episode_stats: tuple[str, ...] = ()
     """Names of extra per-episode statistics the env reports at episode end (beyond return and length)."""
+    state_size: int = 0
+    """Length of the env's global state (float32) that it writes for centralised critics (0: it has none)."""
 
     def __post_init__(self) -> None:
+        if isinstance(self.state_size, bool) or not isinstance(self.state_size, int) or self.state_size < 0:
+            raise EnvConfigError(f"EnvSpec.state_size must be an int >= 0 (0: no global state), "
+                                 f"got {self.state_size!r}")
         if self.action_mask and self.action.kind == "box":
             raise EnvConfigError("action masks need a discrete or multi_discrete action space, not box")
         if np.dtype(self.obs_dtype).name != self.obs_dtype:
@@ -58,6 +67,9 @@ class StepBuffers:
     them. An env that has a reward or an episode end for such a slot holds it back and writes it on the
     slot's next active step (together with the first observation of the slot's next episode), so every
     recorded step is a real one and ``terminated``/``truncated`` always arrive with a new episode's first obs.
+
+    An env with ``spec.state_size > 0`` writes ``global_state`` in reset and step, and ``final_global_state``
+    for every env whose episode ended on the step (in all of that env's slots); both have width 0 otherwise.
     """
 
     obs: np.ndarray
@@ -84,12 +96,18 @@ class StepBuffers:
     """[A, spec.mask_size] uint8 legal actions for the next step (1 = legal); width 0 without masks."""
     active: np.ndarray
     """[A] bool: the slot holds an agent that acts on this step (set to True by a reset)."""
+    global_state: np.ndarray
+    """[A, spec.state_size] float32 global state of the slot's env after the call (the new episode's first
+    state after an auto-reset); every slot of an env holds the same row."""
+    final_global_state: np.ndarray
+    """[A, spec.state_size] float32 last global state of an episode that ended (terminated or truncated) on
+    this step, in the slots of that env; valid where terminated | truncated."""
 
     def clear_step_outputs(self) -> None:
-        """What a reset leaves behind: rewards, flags, final observations and stats zeroed, every slot active,
-        every action legal."""
+        """What a reset leaves behind: rewards, flags, final observations, final global states and stats
+        zeroed, every slot active, every action legal."""
         for array in (self.rewards, self.terminated, self.truncated, self.final_obs, self.episode_done,
-                      self.episode_return, self.episode_length, self.episode_stats):
+                      self.episode_return, self.episode_length, self.episode_stats, self.final_global_state):
             array[:] = 0
         self.active[:] = True
         self.action_mask[:] = 1
@@ -113,6 +131,8 @@ def step_buffer_fields(spec: EnvSpec, slots: int) -> list[tuple[str, tuple[int, 
         ("episode_return", (slots,), "float32"), ("episode_length", (slots,), "int32"),
         ("episode_stats", (slots, len(spec.episode_stats)), "float32"),
         ("action_mask", (slots, spec.mask_size), "uint8"), ("active", (slots,), "bool"),
+        ("global_state", (slots, spec.state_size), "float32"),
+        ("final_global_state", (slots, spec.state_size), "float32"),
     ]
 
 

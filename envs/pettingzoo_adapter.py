@@ -18,14 +18,22 @@ Agents that finish before the rest of their env (terminated or truncated, then g
 Agents that finish on the env's last step get the same in one step. ``reset(seed)`` resets env ``e`` with
 ``seed + e``. ``max_steps > 0`` truncates every agent of an env after ``max_steps`` env steps (the adapter's
 own time limit); ``max_steps <= 0`` keeps the env's own (e.g. MPE's ``max_cycles``).
+
+Global state: when env 0 has a ``state_space`` that is a gymnasium ``Box`` (mpe2's parallel envs do), the
+spec's ``state_size`` is its size and ``env.state()`` (flattened, float32) goes into every slot of the env's
+``global_state`` after each reset and step. When an env's episode ends (the step that delivers the held flags
+and resets it), ``state()`` taken before that auto-reset goes into its slots of ``final_global_state``.
+Without such a ``state_space``, ``state_size`` is 0 and ``state()`` is never called.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from typing import Any
 
 import numpy as np
+from gymnasium import spaces
 from pettingzoo import ParallelEnv
 
 from envs.base import EnvSpec, StepBuffers
@@ -59,7 +67,8 @@ class PettingZooParallelAdapter:
             with contextlib.suppress(RuntimeError):
                 self.close()  # the construction error is the one worth reporting
             raise
-        self.spec: EnvSpec = self._spaces.spec
+        self._state_shape: tuple[int, ...] = self._state_shape_of(self._envs[0])
+        self.spec: EnvSpec = dataclasses.replace(self._spaces.spec, state_size=int(np.prod(self._state_shape)))
         self._slot = {agent: j for j, agent in enumerate(self.agents)}
         slots = num_envs * len(self.agents)
         self._env_steps = np.zeros(num_envs, dtype=np.int64)
@@ -104,6 +113,30 @@ class PettingZooParallelAdapter:
                     f"{kind} space of agents {differ} differs from {first!r}'s {reference!r} (e.g. "
                     f"{differ[0]!r} has {space_of(differ[0])!r})")
 
+    @staticmethod
+    def _state_shape_of(env: Any) -> tuple[int, ...]:
+        """Shape of the env's global state: its ``state_space`` if that is a Box, else ``(0,)`` (none)."""
+        state_space = getattr(env, "state_space", None)
+        if isinstance(state_space, spaces.Box):
+            return tuple(int(d) for d in state_space.shape)
+        return (0,)
+
+    def _write_state(self, out: np.ndarray, e: int, call: str) -> None:
+        """Write env ``e``'s ``state()`` (flattened float32) into its slots of ``out``; nothing without a state."""
+        if not self.spec.state_size:
+            return
+        try:
+            raw = self._envs[e].state()
+        except Exception as exc:
+            raise EnvRaised(f"{self.label} (env {e}) raised in state() {call}: {exc!r}") from exc
+        state = np.asarray(raw)
+        if state.shape != self._state_shape or state.dtype.kind not in "biuf":
+            raise EnvConfigError(f"{self.label} (env {e}) state() {call} returned shape {state.shape} dtype "
+                                 f"{state.dtype}; expected shape {self._state_shape} of numbers (from its "
+                                 f"state_space)")
+        base = self._base(e)
+        out[base:base + len(self.agents)] = state.reshape(-1)
+
     def _base(self, e: int) -> int:
         """Slot of agent 0 of env ``e``."""
         return e * len(self.agents)
@@ -130,6 +163,7 @@ class PettingZooParallelAdapter:
         for j, agent in enumerate(self.agents):
             self._write_obs(buffers, base + j, observations[agent], call="reset",
                             where=f"(env {e}, agent {agent!r})")
+        self._write_state(buffers.global_state, e, f"after reset(){during}")
         self._live[base:base + len(self.agents)] = True
         buffers.active[base:base + len(self.agents)] = True
         self._env_steps[e] = 0
@@ -205,6 +239,7 @@ class PettingZooParallelAdapter:
             buffers.active[slot] = False
         slots = slice(base, base + len(self.agents))
         if time_up or not remaining or not self._live[slots].any():
+            self._write_state(buffers.final_global_state, e, "after the episode's last step()")
             self._reset_env(buffers, e, None, " (auto-reset during step())")
             buffers.rewards[slots] = self._held_reward[slots]
             buffers.terminated[slots] = self._held_terminated[slots]
@@ -214,6 +249,8 @@ class PettingZooParallelAdapter:
             self._held_reward[slots] = 0.0
             self._held_terminated[slots] = False
             self._held_truncated[slots] = False
+        else:
+            self._write_state(buffers.global_state, e, "after step()")
 
     def close(self) -> None:
         """Close every env made so far (the first failure is re-raised after closing the rest)."""

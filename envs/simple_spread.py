@@ -28,7 +28,9 @@
 **Global state** (``global_state``), ``state_dim(N) = 6N`` float32 per env, three blocks of ``[N, 2]``:
 ``[agent positions p_0..p_{N-1} (2N), agent velocities v_0..v_{N-1} (2N), landmark positions q_0..q_{N-1}
 (2N)]``, i.e. ``state.reshape(num_envs, 3, N, 2)[:, block, index, xy]``. Agent slot of agent ``a`` of env
-``e``: ``e * num_agents + a``.
+``e``: ``e * num_agents + a``. The spec declares ``state_size = state_dim(N)``: ``reset``/``step`` write every
+env's state into all ``N`` of its slots of ``buffers.global_state``, and the last state of an episode that
+ended on the step into its slots of ``buffers.final_global_state``.
 """
 
 from __future__ import annotations
@@ -191,34 +193,43 @@ def _observe_env(e, agent_pos, agent_vel, landmark_pos, out):
 
 
 @njit(cache=True)
-def _state_env(e, agent_pos, agent_vel, landmark_pos, out):
-    """Write env ``e``'s global state into ``out[e]``: agent positions, agent velocities, landmark positions."""
+def _state_env(e, agent_pos, agent_vel, landmark_pos, out, row):
+    """Write env ``e``'s global state into ``out[row]``: agent positions, agent velocities, landmark positions."""
     n = agent_pos.shape[1]
     for i in range(n):
         for d in range(2):
-            out[e, 2 * i + d] = agent_pos[e, i, d]
-            out[e, 2 * n + 2 * i + d] = agent_vel[e, i, d]
-            out[e, 4 * n + 2 * i + d] = landmark_pos[e, i, d]
+            out[row, 2 * i + d] = agent_pos[e, i, d]
+            out[row, 2 * n + 2 * i + d] = agent_vel[e, i, d]
+            out[row, 4 * n + 2 * i + d] = landmark_pos[e, i, d]
 
 
 @njit(cache=True)
-def _observe_all(agent_pos, agent_vel, landmark_pos, obs):
-    """Every env's observations into ``obs``."""
-    for e in range(agent_pos.shape[0]):
-        _observe_env(e, agent_pos, agent_vel, landmark_pos, obs)
+def _state_slots(e, agent_pos, agent_vel, landmark_pos, out):
+    """Write env ``e``'s global state into each of its agent slots ``out[e * N + i]``."""
+    n = agent_pos.shape[1]
+    for i in range(n):
+        _state_env(e, agent_pos, agent_vel, landmark_pos, out, e * n + i)
 
 
 @njit(cache=True)
 def _state_all(agent_pos, agent_vel, landmark_pos, out):
     """Every env's global state into ``out``."""
     for e in range(agent_pos.shape[0]):
-        _state_env(e, agent_pos, agent_vel, landmark_pos, out)
+        _state_env(e, agent_pos, agent_vel, landmark_pos, out, e)
+
+
+@njit(cache=True)
+def _observe_and_state_all(agent_pos, agent_vel, landmark_pos, obs, global_state):
+    """Every env's observations into ``obs`` and its global state into its slots of ``global_state``."""
+    for e in range(agent_pos.shape[0]):
+        _observe_env(e, agent_pos, agent_vel, landmark_pos, obs)
+        _state_slots(e, agent_pos, agent_vel, landmark_pos, global_state)
 
 
 @njit(cache=True)
 def _step_kernel(agent_pos, agent_vel, landmark_pos, steps, returns, final_state, max_steps, local_ratio,
                  reset_pool, pool_pos, actions, obs, rewards, terminated, truncated, final_obs, episode_done,
-                 episode_return, episode_length) -> int:
+                 episode_return, episode_length, global_state, final_global_state) -> int:
     """Step every env once, auto-resetting ended ones from ``reset_pool[pool_pos:]``.
 
     Returns the new pool position, or ``-1 - s`` if agent slot ``s`` has a NaN action (nothing is stepped then).
@@ -247,7 +258,8 @@ def _step_kernel(agent_pos, agent_vel, landmark_pos, steps, returns, final_state
             episode_done[s] = ended
         if ended:
             _observe_env(e, agent_pos, agent_vel, landmark_pos, final_obs)
-            _state_env(e, agent_pos, agent_vel, landmark_pos, final_state)
+            _state_env(e, agent_pos, agent_vel, landmark_pos, final_state, e)
+            _state_slots(e, agent_pos, agent_vel, landmark_pos, final_global_state)
             for i in range(n):
                 s = e * n + i
                 episode_return[s] = returns[e, i]
@@ -260,6 +272,7 @@ def _step_kernel(agent_pos, agent_vel, landmark_pos, steps, returns, final_state
             pool_pos += 1
             steps[e] = 0
         _observe_env(e, agent_pos, agent_vel, landmark_pos, obs)
+        _state_slots(e, agent_pos, agent_vel, landmark_pos, global_state)
     return pool_pos
 
 
@@ -292,9 +305,11 @@ class SimpleSpreadVec:
 
     @staticmethod
     def spec_for(num_agents: int) -> EnvSpec:
-        """The spec of a simple_spread with this agent count: ``6N`` float32 observations, ``Box(0, 1, (5,))``."""
+        """The spec of a simple_spread with this agent count: ``6N`` float32 observations, ``Box(0, 1, (5,))``,
+        a ``6N`` float32 global state."""
         return EnvSpec(num_agents=num_agents, obs_shape=(obs_dim(num_agents),), obs_dtype="float32",
-                       action=ActionSpace.box([0.0] * ACTION_DIM, [1.0] * ACTION_DIM))
+                       action=ActionSpace.box([0.0] * ACTION_DIM, [1.0] * ACTION_DIM),
+                       state_size=state_dim(num_agents))
 
     def _draw_worlds(self, count: int) -> np.ndarray:
         """``[count, 2N, 2]`` fresh worlds (agents' positions, then landmarks'), in mpe2's draw order."""
@@ -312,7 +327,8 @@ class SimpleSpreadVec:
         self._returns[:] = 0.0
         self._final_state[:] = 0.0
         self._pool_pos = self._pool_size  # force a refill from the new generator
-        _observe_all(self._agent_pos, self._agent_vel, self._landmark_pos, buffers.obs)
+        _observe_and_state_all(self._agent_pos, self._agent_vel, self._landmark_pos, buffers.obs,
+                               buffers.global_state)
         buffers.clear_step_outputs()
 
     def step(self, buffers: StepBuffers) -> None:
@@ -327,6 +343,7 @@ class SimpleSpreadVec:
             self.max_steps, self.local_ratio, self._pool, self._pool_pos,
             buffers.actions, buffers.obs, buffers.rewards, buffers.terminated, buffers.truncated,
             buffers.final_obs, buffers.episode_done, buffers.episode_return, buffers.episode_length,
+            buffers.global_state, buffers.final_global_state,
         )
         if pos < 0:
             slot = -1 - pos
@@ -366,7 +383,8 @@ class SimpleSpreadVec:
                   *, buffers: StepBuffers | None = None) -> None:
         """Overwrite env ``env_index``'s world (each ``[N, 2]``); the step count is kept.
 
-        With ``buffers``, that env's observations are rewritten; otherwise the next ``step`` starts from it.
+        With ``buffers``, that env's observations and global state are rewritten; otherwise the next ``step``
+        starts from it.
         """
         shape = (self.num_agents, 2)
         for name, value in (("agent_pos", agent_pos), ("agent_vel", agent_vel), ("landmark_pos", landmark_pos)):
@@ -378,6 +396,7 @@ class SimpleSpreadVec:
         self._landmark_pos[env_index] = landmark_pos
         if buffers is not None:
             _observe_env(env_index, self._agent_pos, self._agent_vel, self._landmark_pos, buffers.obs)
+            _state_slots(env_index, self._agent_pos, self._agent_vel, self._landmark_pos, buffers.global_state)
 
     def get_world(self, env_index: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Float64 copies of env ``env_index``'s ``(agent_pos, agent_vel, landmark_pos)``, each ``[N, 2]``."""

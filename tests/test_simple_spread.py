@@ -212,6 +212,42 @@ def test_global_state_layout() -> None:
         env.global_state(np.zeros((5, 24), dtype=np.float64))
 
 
+def test_buffers_global_state_matches_methods_across_episode_ends() -> None:
+    """buffers.global_state / final_global_state hold each env's global_state() / final_global_state() row
+    in every one of its slots, after reset, every step and the truncations at max_steps (in slot views)."""
+    num_envs, n, max_steps = 4, 3, 3
+    env = SimpleSpreadVec(num_envs, num_agents=n, max_steps=max_steps)
+    assert env.spec.state_size == state_dim(n)
+    whole = StepBuffers.allocate(env.spec, num_envs + 2)
+    whole.global_state[:] = 7.0
+    rows = slice(n, n + num_envs * n)  # one env's slots on either side stay untouched
+    buffers = StepBuffers(**{name: getattr(whole, name)[rows] for name in StepBuffers.__dataclass_fields__})
+    assert buffers.global_state.shape == (num_envs * n, state_dim(n))
+    state = np.zeros((num_envs, state_dim(n)), dtype=np.float32)
+    final = np.zeros_like(state)
+    env.reset(buffers, seed=3)
+    env.global_state(state)
+    np.testing.assert_array_equal(buffers.global_state, np.repeat(state, n, axis=0))
+    assert not buffers.final_global_state.any()
+    rng = np.random.default_rng(3)
+    ends = 0
+    for _ in range(3 * max_steps + 1):
+        random_actions(rng, buffers)
+        before = buffers.global_state.copy()
+        env.step(buffers)
+        env.global_state(state)
+        np.testing.assert_array_equal(buffers.global_state, np.repeat(state, n, axis=0))
+        assert not np.array_equal(buffers.global_state, before)
+        if buffers.truncated.any():
+            ends += 1
+            assert buffers.truncated.all()
+            env.final_global_state(final)
+            np.testing.assert_array_equal(buffers.final_global_state, np.repeat(final, n, axis=0))
+            assert not np.array_equal(final, state)  # the old episode's last state, not the new one's first
+    assert ends == 3
+    assert (whole.global_state[:n] == 7.0).all() and (whole.global_state[-n:] == 7.0).all()
+
+
 def test_dtypes_and_spec() -> None:
     env, buffers = new_env(2, 3)
     assert env.spec.obs_shape == (18,) and env.spec.obs_dtype == "float32"

@@ -84,6 +84,8 @@ class SluiceBatchEnv(pufferlib.PufferEnv):
             episode_length=np.zeros(slots, dtype=np.int32),
             episode_stats=np.zeros((slots, len(spec.episode_stats)), dtype=np.float32),
             action_mask=np.ones((slots, spec.mask_size), dtype=np.uint8),
+            global_state=np.zeros((slots, spec.state_size), dtype=np.float32),
+            final_global_state=np.zeros((slots, spec.state_size), dtype=np.float32),
         )
         for name, want in (("obs", dtype), ("actions", spec.action.dtype), ("rewards", "float32"),
                            ("terminated", "bool"), ("truncated", "bool"), ("active", "bool")):
