@@ -188,7 +188,9 @@ class RowAssembler:
 
     def __init__(self, *, num_agents: int, num_rows: int, horizon: int, obs_shape: tuple[int, ...],
                  obs_dtype: str, state_size: int = 0, action_shape: tuple[int, ...] = (),
-                 action_dtype: str = "int32", mask_size: int = 0) -> None:
+                 action_dtype: str = "int32", mask_size: int = 0, team_size: int = 0,
+                 global_state_size: int = 0) -> None:
+        """``num_agents``: the row writers (agent slots; envs for team rows); the rest is the ``RowLayout``."""
         if num_agents < 1:
             raise ValueError(f"num_agents must be >= 1, got {num_agents}")
         if num_rows < 2 * num_agents:
@@ -199,7 +201,8 @@ class RowAssembler:
             raise ValueError(f"horizon must be >= 2 (bptt_horizon + 1), got {horizon}")
         self.num_agents, self.num_rows, self.horizon = num_agents, num_rows, horizon
         self.layout = RowLayout(horizon=horizon, obs_shape=obs_shape, obs_dtype=obs_dtype, action_shape=action_shape,
-                                action_dtype=action_dtype, mask_size=mask_size, state_size=state_size)
+                                action_dtype=action_dtype, mask_size=mask_size, state_size=state_size,
+                                team_size=team_size, global_state_size=global_state_size)
         self.arrays = self.layout.allocate(num_rows)  # field -> buffer, in its wire shape
         self._buffers = tuple(self._buffer(f) for f in ROW_FIELDS)
         self._inputs = frozenset(f.name for f in ROW_FIELDS) - {VERSIONS}
@@ -220,6 +223,14 @@ class RowAssembler:
         dest = np.empty((num_agents, 3), dtype=np.int64)  # the kernel's per-step (row, position, new row)
         self._book = (self.ep_indices, self.ep_lengths, self.free_ring, self.full_ring, self.rings, self.row_state,
                       self._seen, dest)
+
+    @classmethod
+    def for_layout(cls, layout: RowLayout, *, num_agents: int, num_rows: int) -> "RowAssembler":
+        """An assembler of ``layout``'s rows for ``num_agents`` row writers."""
+        return cls(num_agents=num_agents, num_rows=num_rows, horizon=layout.horizon, obs_shape=layout.obs_shape,
+                   obs_dtype=layout.obs_dtype, state_size=layout.state_size, action_shape=layout.action_shape,
+                   action_dtype=layout.action_dtype, mask_size=layout.mask_size, team_size=layout.team_size,
+                   global_state_size=layout.global_state_size)
 
     def _buffer(self, field: RowField) -> _Buffer:
         value_shape = self.layout.value_shape(field)

@@ -205,10 +205,10 @@ class ActorHost:
         """Decide for the ready groups (one worker's worth per group at most), then wake their workers;
         nothing is handed out once the assembler could not take the steps (back-pressure)."""
         ready = self.workers.ready
-        slots_per_group = self.stepper.layout.slots_per_group
+        steps_per_group = self.stepper.steps_per_group
         while ready and not self.stop.is_set():
             take = min(len(ready), self.groups_per_batch)
-            if not self.assembler.can_accept(take * slots_per_group):
+            if not self.assembler.can_accept(take * steps_per_group):
                 return
             batch = [ready.popleft() for _ in range(take)]
             self.stepper.act(batch, self.state.report)

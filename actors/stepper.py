@@ -42,6 +42,11 @@ class GroupStepper:
         self.env_steps = 0
         """Env steps taken since the start (all groups)."""
 
+    @property
+    def steps_per_group(self) -> int:
+        """Steps one group adds to the assembler at most: one per agent slot."""
+        return self.layout.slots_per_group
+
     def act(self, groups: Sequence[GroupView], report: RowsReport) -> None:
         """For each ready group: decide for its active agents, write their actions, record the steps."""
         started = time.perf_counter()

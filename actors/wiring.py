@@ -37,12 +37,15 @@ from actors.shm import remove_stale_segments
 from actors.slot_layout import SlotLayout
 from actors.stepper import GroupStepper
 from actors.stop_flag import StopFlag
+from actors.team_inference import TeamInference
+from actors.team_stepper import TeamStepper
 from actors.worker_pool import WorkerPool
 from configs.loader import config_from_dict
 from configs.plan import make_plan
 from configs.schema import RunConfig
 from envs.base import EnvSpec
 from envs.registry import env_spec
+from envs.rows import row_layout
 from protocol import Limits
 from protocol.curve import ClientCurve
 from protocol.endpoints import Endpoint
@@ -127,21 +130,29 @@ def build_host(registration: Registration, link: LearnerLink, *, options: HostOp
                      num_workers=options.num_workers or config.trainer.num_workers)
     layout = SlotLayout.from_plan(plan, groups=config.trainer.async_factor, agents_per_env=spec.num_agents)
     seed = config.run.seed + os.getpid()
-    inference = (NullInference(spec, seed=seed) if options.null_policy
-                 else Inference(spec, config.model, seed=seed))
-    inference.load(registration.version, registration.weights)
-    assembler = RowAssembler(num_agents=layout.total_slots,
-                             num_rows=2 * layout.total_slots + 2 * config.network.rows_per_message,
-                             horizon=config.trainer.bptt_horizon + 1, obs_shape=spec.obs_shape,
-                             obs_dtype=spec.obs_dtype, state_size=inference.state_size,
-                             action_shape=spec.action.shape, action_dtype=spec.action.dtype,
-                             mask_size=spec.mask_size)
-    alternation = (_opponent_alternation(config, spec, layout, endpoint=options.pool or options.learner,
-                                         sender=link.name, seed=seed, curve=options.curve, resources=resources)
-                   if config.selfplay.enabled else None)
-    stepper = GroupStepper(env_spec=spec, layout=layout, inference=inference, assembler=assembler,
-                           states=AgentStates(layout.total_slots, inference.state_size),
-                           opponents=None if alternation is None else alternation.opponents, metrics=metrics)
+    rows_buffered = 2 * config.network.rows_per_message
+    horizon = config.trainer.bptt_horizon + 1
+    if config.trainer.algorithm == "coma":
+        team = TeamInference(spec, config.coma, seed=seed)
+        team.load(registration.version, registration.weights)
+        assembler = RowAssembler.for_layout(row_layout(spec, horizon=horizon, state_size=0, team=True),
+                                            num_agents=layout.total_envs, num_rows=2 * layout.total_envs + rows_buffered)
+        stepper: GroupStepper = TeamStepper(env_spec=spec, layout=layout, inference=team, assembler=assembler,
+                                            metrics=metrics)
+        alternation = None
+    else:
+        inference = (NullInference(spec, seed=seed) if options.null_policy
+                     else Inference(spec, config.model, seed=seed))
+        inference.load(registration.version, registration.weights)
+        assembler = RowAssembler.for_layout(row_layout(spec, horizon=horizon, state_size=inference.state_size),
+                                            num_agents=layout.total_slots,
+                                            num_rows=2 * layout.total_slots + rows_buffered)
+        alternation = (_opponent_alternation(config, spec, layout, endpoint=options.pool or options.learner,
+                                             sender=link.name, seed=seed, curve=options.curve, resources=resources)
+                       if config.selfplay.enabled else None)
+        stepper = GroupStepper(env_spec=spec, layout=layout, inference=inference, assembler=assembler,
+                               states=AgentStates(layout.total_slots, inference.state_size),
+                               opponents=None if alternation is None else alternation.opponents, metrics=metrics)
     link.open_streams(registration, hwm=config.network.send_queue_messages,
                       buffer_bytes=config.network.socket_buffer_bytes)
     poller = zmq.Poller()

@@ -198,6 +198,7 @@ def config_from_dict(data: Mapping[str, Any], *, source: str = "config") -> RunC
         sections[section_name] = _build_section(section_name, cls, values, source)
     config = RunConfig(**sections)
     _check_selfplay(config, source)
+    _check_coma(config, source)
     return config
 
 
@@ -211,6 +212,22 @@ def _check_selfplay(config: RunConfig, source: str) -> None:
     if config.model.core != "mlp":
         raise ConfigError(f"{source}: selfplay.enabled needs model.core: mlp (opponent snapshots keep no recurrent "
                           f"state yet), got {config.model.core!r}")
+
+
+def _check_coma(config: RunConfig, source: str) -> None:
+    """COMA learns from rollouts of coma.rollout_length env steps (the learner's batch), with feed-forward actors and
+    no opponents."""
+    if config.trainer.algorithm != "coma":
+        return
+    if config.trainer.batch_size != config.coma.rollout_length:
+        raise ConfigError(f"{source}: trainer.algorithm coma collects a rollout per update: trainer.batch_size "
+                          f"({config.trainer.batch_size} env steps) must equal coma.rollout_length "
+                          f"({config.coma.rollout_length})")
+    if config.selfplay.enabled:
+        raise ConfigError(f"{source}: trainer.algorithm coma is for cooperative teams; selfplay.enabled must be false")
+    if config.model.core != "mlp":
+        raise ConfigError(f"{source}: trainer.algorithm coma runs feed-forward actors (coma.hidden_sizes); model.core "
+                          f"must be mlp, got {config.model.core!r}")
 
 
 def config_to_dict(config: RunConfig) -> dict[str, Any]:

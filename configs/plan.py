@@ -58,7 +58,8 @@ class BatchPlan:
 
 
 def make_plan(trainer: TrainerSection, *, num_agents: int, num_workers: int | None = None) -> BatchPlan:
-    """Compute the plan; ``num_workers`` overrides trainer.num_workers (an actor host's --n)."""
+    """Compute the plan; ``num_workers`` overrides trainer.num_workers (an actor host's --n). With
+    ``trainer.algorithm: coma`` a row holds one env's agents together (team rows), so rows are written per env."""
     workers = trainer.num_workers if num_workers is None else num_workers
     target_batch_size = trainer.forward_pass_minibatch_target_size // num_agents
     if target_batch_size < max(2, workers):
@@ -69,8 +70,10 @@ def make_plan(trainer: TrainerSection, *, num_agents: int, num_workers: int | No
     segments = trainer.batch_size // trainer.bptt_horizon
     minibatch_segments = trainer.minibatch_size // trainer.bptt_horizon
     total_agents = num_envs * num_agents
+    agents_per_row = num_agents if trainer.algorithm == "coma" else 1
     _check_constraints(trainer, segments=segments, minibatch_segments=minibatch_segments,
-                       total_agents=total_agents, num_envs=num_envs, num_agents=num_agents)
+                       total_agents=total_agents // agents_per_row, num_envs=num_envs,
+                       num_agents=num_agents // agents_per_row)
     num_minibatches = segments // minibatch_segments
     agent_steps = trainer.batch_size * num_agents
     gradient_updates = num_minibatches * trainer.update_epochs
@@ -105,7 +108,8 @@ def _check_constraints(trainer: TrainerSection, *, segments: int, minibatch_segm
     if segments < total_agents:
         raise PlanError(
             f"segments ({segments} = batch_size {trainer.batch_size} // bptt_horizon {trainer.bptt_horizon}) "
-            f"must be >= total agents ({total_agents} = {num_envs} envs x {num_agents} agents); "
+            f"must be >= total agents ({total_agents} = {num_envs} envs x "
+            f"{'1 team row (coma)' if trainer.algorithm == 'coma' else f'{num_agents} agents'}); "
             f"raise trainer.batch_size or lower the env count")
     if segments % minibatch_segments != 0:
         raise PlanError(

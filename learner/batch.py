@@ -12,7 +12,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from envs.base import EnvSpec
 from learner.row_checks import out_of_range_index
 from protocol.rows import ROW_FIELDS, RowLayout
 
@@ -20,21 +19,18 @@ LEARNER_FLOAT = frozenset({"dones"})
 """Row fields the learner reads as float32 (they multiply returns and recurrent states); int32 fields (the
 discrete kinds' actions) become int64, the dtype torch indexes with; every other field keeps its wire dtype."""
 
-NOT_IN_MINIBATCH = frozenset({"rewards", "bootstrap", "versions"})
-"""Row fields the update reads before it samples minibatches: they reach the losses as advantages and returns."""
+TEAM_FIELDS = frozenset({"global_state", "truncated", "final_obs", "final_global_state"})
+"""Row fields only team rows (COMA) fill; width 0 in PPO's per-agent rows."""
+
+NOT_IN_MINIBATCH = frozenset({"rewards", "bootstrap", "versions"}) | TEAM_FIELDS
+"""Row fields PPO's update reads before it samples minibatches (they reach the losses as advantages and returns),
+and the team fields it never reads."""
 
 MINIBATCH_NAMES = {"logprobs": "old_logprobs", "values": "old_values"}
 """Row fields a Minibatch carries under another name (CleanRL's); the others keep the table's names."""
 
 MINIBATCH_DERIVED = ("advantages", "returns", "is_weights")
 """Minibatch fields the update computes rather than takes from the rows."""
-
-
-def row_layout(env: EnvSpec, *, horizon: int, state_size: int) -> RowLayout:
-    """The rows of an env's ROWS messages: ``horizon`` (bptt_horizon + 1) steps, the policy's state width."""
-    return RowLayout(horizon=horizon, obs_shape=env.obs_shape, obs_dtype=env.obs_dtype,
-                     action_shape=env.action.shape, action_dtype=env.action.dtype, action_nvec=env.action.nvec,
-                     mask_size=env.mask_size, state_size=state_size)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,11 +60,11 @@ class RowBatch:
     action_masks: torch.Tensor
     """[S, T+1, mask_size] uint8 legal-action flags the actor sampled under (mask_size 0: no masks)."""
     logprobs: torch.Tensor
-    """[S, T+1] behaviour log-probs."""
+    """[S, T+1] behaviour log-probs ([S, T+1, N] in team rows)."""
     values: torch.Tensor
     """[S, T+1] behaviour values."""
     rewards: torch.Tensor
-    """[S, T+1] reward that arrived with each step."""
+    """[S, T+1] reward that arrived with each step ([S, T+1, N] in team rows)."""
     dones: torch.Tensor
     """[S, T+1] 1.0 where the episode ended on the transition into this step."""
     bootstrap: torch.Tensor
@@ -77,6 +73,14 @@ class RowBatch:
     """[S] int64 policy version that produced each row's first step."""
     states: torch.Tensor
     """[S, policy.state_size] recurrent state the actor had before its forward pass on step 0."""
+    global_state: torch.Tensor
+    """[S, T+1, state_size] team rows: the env's global state at each step (width 0 otherwise)."""
+    truncated: torch.Tensor
+    """[S, T+1] uint8 team rows: the episode that ended into this step was truncated ([S, T+1, 0] otherwise)."""
+    final_obs: torch.Tensor
+    """[S, T+1, N, *obs_shape] team rows: the last observations of an episode that ended into this step."""
+    final_global_state: torch.Tensor
+    """[S, T+1, state_size] team rows: the last global state of an episode that ended into this step."""
 
 
 def to_batch(buffers: BatchBuffers, device: torch.device) -> RowBatch:

@@ -138,10 +138,6 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(plan.as_dict()) if args.json else format_plan(plan))
             return 0
         curve = learner_curve(config.network, insecure=args.insecure)
-        if config.trainer.algorithm != "ppo":
-            raise ConfigError(f"trainer.algorithm: {config.trainer.algorithm!r} does not run in the distributed "
-                              "learner yet (only 'ppo' does); COMA runs in one process: .venv/bin/python "
-                              "ops/bench/coma_spread.py")
         if args.resume:
             check_resumable(args.run_dir)
             warning = schedule_jump_warning(args.run_dir, config)

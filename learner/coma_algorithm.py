@@ -24,7 +24,6 @@ terminated flag (truncation bootstraps, so it needs no flag here).
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -34,30 +33,7 @@ from configs.schema import ComaSection
 from learner.coma_critic import CentralCritic
 from learner.coma_targets import counterfactual_advantages, soft_update, td_target
 from policies import tanh_gaussian
-from policies.gaussian_actor import GaussianActor
-
-
-@dataclass(frozen=True, kw_only=True)
-class ComaShapes:
-    """The sizes of a cooperative continuous env, as COMA's networks need them."""
-
-    num_agents: int
-    """N: agents per env."""
-    obs_dim: int
-    """Length of one agent's (flat, float) observation."""
-    state_dim: int
-    """Length of the global state."""
-    action_low: tuple[float, ...]
-    """One agent's Box action lower bounds (A values)."""
-    action_high: tuple[float, ...]
-    """Its upper bounds."""
-    noop_action: tuple[float, ...]
-    """The env's no-op action (coma.default_action zero)."""
-
-    @property
-    def action_dim(self) -> int:
-        """A: dimensions of one agent's action."""
-        return len(self.action_low)
+from policies.team_actors import ComaShapes, make_team_actors
 
 
 def transition_fields(shapes: ComaShapes) -> dict[str, tuple[tuple[int, ...], str]]:
@@ -79,9 +55,7 @@ class Coma(nn.Module):
         self.shapes, self.section, self.device = shapes, section, device
         n, a = shapes.num_agents, shapes.action_dim
         hidden = tuple(section.hidden_sizes)
-        actor_in = shapes.obs_dim + (n if section.parameter_sharing else 0)
-        self.actors = nn.ModuleList([GaussianActor(actor_in, a, hidden)
-                                     for _ in range(1 if section.parameter_sharing else n)])
+        self.actors = make_team_actors(shapes, section)
         self.critic = CentralCritic(shapes.state_dim, n * a, n, hidden)
         self.target_actors = copy.deepcopy(self.actors).requires_grad_(False)
         self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
@@ -89,7 +63,6 @@ class Coma(nn.Module):
         self.low = torch.tensor(shapes.action_low, dtype=torch.float32, device=device)
         self.high = torch.tensor(shapes.action_high, dtype=torch.float32, device=device)
         self.noop = torch.tensor(shapes.noop_action, dtype=torch.float32, device=device)
-        self.agent_ids = torch.eye(n, device=device)
         self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=section.critic_lr, foreach=True)
         # One Adam over every actor is N per-agent Adams (Adam's state and step are per parameter), in fewer calls.
         self.actor_optimizer = torch.optim.Adam(self.actors.parameters(), lr=section.actor_lr, foreach=True)
@@ -98,12 +71,7 @@ class Coma(nn.Module):
 
     def heads(self, obs: torch.Tensor, *, target: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """obs [..., N, obs_dim] -> (mean, log_std) [..., N, A], agent i from its own actor (or the shared one)."""
-        actors = self.target_actors if target else self.actors
-        if self.section.parameter_sharing:
-            ids = self.agent_ids.expand(*obs.shape[:-1], -1)
-            return actors[0](torch.cat([obs, ids], dim=-1))
-        outputs = [actor(obs[..., i, :]) for i, actor in enumerate(actors)]
-        return torch.stack([m for m, _ in outputs], dim=-2), torch.stack([s for _, s in outputs], dim=-2)
+        return (self.target_actors if target else self.actors).heads(obs)
 
     @torch.no_grad()
     def act(self, obs: np.ndarray, *, deterministic: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -26,7 +26,8 @@ import numpy as np
 import zmq
 
 from envs.base import EnvSpec
-from learner.batch import BatchBuffers, row_layout
+from envs.rows import row_layout
+from learner.batch import BatchBuffers
 from learner.control import curve_key_of
 from learner.row_checks import HostReport, RowRules, check_rows, read_report
 from learner.senders import Sender, SenderRegistry
@@ -152,15 +153,18 @@ class Ingest(threading.Thread):
     def __init__(self, *, context: zmq.Context, endpoint: str, segments: int, env: EnvSpec, horizon: int,
                  state_size: int, max_policy_lag: int, hwm: int, buffer_bytes: int, limits: Limits,
                  stop: threading.Event, registry: SenderRegistry, rows_per_message: int, max_abs_value: float,
-                 curve: ServerCurve | None = None, observer: IngestObserver | None = None) -> None:
+                 curve: ServerCurve | None = None, observer: IngestObserver | None = None,
+                 team_rows: bool = False) -> None:
+        """``team_rows``: rows hold one env's agents together (COMA, ``protocol.rows``)."""
         super().__init__(name="ingest", daemon=True)
         self.observer = observer
-        self.layout = row_layout(env, horizon=horizon, state_size=state_size)
+        self.layout = row_layout(env, horizon=horizon, state_size=state_size, team=team_rows)
         self.specs = self.layout.specs()
         self.stat_names = env.episode_stats
         self.registry = registry
         self.rules = RowRules(action=env.action, mask_size=env.mask_size, bptt_horizon=horizon - 1,
-                              rows_per_message=rows_per_message, max_abs_value=max_abs_value)
+                              rows_per_message=rows_per_message, max_abs_value=max_abs_value,
+                              agents_per_row=env.num_agents if team_rows else 1)
         self.rejects = RejectLog(LOG, what="ROWS message")
         self.segments = segments
         self.max_policy_lag = max_policy_lag

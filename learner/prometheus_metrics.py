@@ -42,6 +42,10 @@ UPDATE_GAUGES = {
     "explained_variance": ("sluice_explained_variance_ratio", "Explained variance of the value function."),
     "learning_rate": ("sluice_learning_rate", "Learning rate of the last update."),
     "grad_norm": ("sluice_grad_norm", "Mean gradient norm before clipping (last update)."),
+    "critic_loss": ("sluice_coma_critic_loss", "COMA: mean TD loss of the centralised critic (last update)."),
+    "q_mean": ("sluice_coma_q_mean", "COMA: mean Q(s, u) of the replayed transitions (last update)."),
+    "action_std": ("sluice_coma_action_std", "COMA: mean pre-tanh standard deviation of the actors (last update)."),
+    "buffer_fill": ("sluice_coma_replay_fill_ratio", "COMA: replay buffer fill, stored / capacity."),
 }
 """Algorithm metrics (as ``Algorithm.update`` names them) exported as gauges of the last update."""
 

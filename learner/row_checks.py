@@ -53,6 +53,8 @@ class RowRules:
     """Most rows one ROWS message may carry (network.rows_per_message, which the hosts use too)."""
     max_abs_value: float
     """Largest magnitude accepted in a bounded float field (network.max_abs_value)."""
+    agents_per_row: int = 1
+    """Agents one row's step records: 1, or the env's agents in COMA's team rows (a host then writes a row per env)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -173,10 +175,12 @@ def max_agent_steps(num_rows: int, sender: Sender, rules: RowRules) -> int:
     fewer than R rows it took every full row, so C <= num_rows. An agent whose row is at position t0 >= 0
     records at most (c + 1) * bptt_horizon steps while completing c rows, so the steps are at most
     (C + A) * bptt_horizon. A restarted env worker's agents lose their partial rows; one more row's worth per
-    agent (2 A instead of A) covers one such restart of every worker between two messages.
+    agent (2 A instead of A) covers one such restart of every worker between two messages. In team rows the row
+    writers are the A / agents_per_row envs and each recorded step counts agents_per_row agent steps.
     """
-    completed = num_rows if num_rows < rules.rows_per_message else sender.agent_slots + 2 * rules.rows_per_message
-    return (completed + 2 * sender.agent_slots) * rules.bptt_horizon
+    writers = sender.agent_slots // rules.agents_per_row
+    completed = num_rows if num_rows < rules.rows_per_message else writers + 2 * rules.rows_per_message
+    return (completed + 2 * writers) * rules.bptt_horizon * rules.agents_per_row
 
 
 def max_env_steps(num_rows: int, sender: Sender, rules: RowRules) -> int:

@@ -23,9 +23,11 @@ import numpy as np
 import torch
 import zmq
 
+from envs.base import EnvSpec
+from envs.errors import EnvConfigError
 from envs.registry import probe_env_spec
 from configs.loader import ConfigError, config_to_dict
-from configs.plan import make_plan
+from configs.plan import BatchPlan, make_plan
 from configs.schema import RunConfig
 from learner.addresses import AddressError, binding, learner_addresses, metrics_port
 from learner.algorithm import Algorithm
@@ -42,6 +44,7 @@ from learner.prometheus_metrics import LearnerMetrics, RunCounts
 from learner.senders import SenderRegistry
 from learner.metrics_log import MetricsLog
 from learner.metrics_record import Lap, RunClock, metrics_record, outcome_rates
+from learner.coma_learner import ComaLearner
 from learner.ppo_algorithm import PPO
 from learner.run_record import write_run_record
 from learner.stop_rules import check_stop_rules
@@ -67,6 +70,18 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def make_algorithm(config: RunConfig, spec: EnvSpec, plan: BatchPlan, *, device: torch.device,
+                   seed: int) -> Algorithm:
+    """trainer.algorithm's learner: PPO (seeds/000) or COMA (seeds/004, which needs Box actions and a global state:
+    ConfigError otherwise). ``seed``: run.seed + the update the run starts at."""
+    if config.trainer.algorithm == "coma":
+        try:
+            return ComaLearner(spec=spec, section=config.coma, device=device, seed=seed)
+        except EnvConfigError as err:
+            raise ConfigError(f"env {config.env.name!r}: {err}") from err
+    return PPO(spec=spec, model=config.model, trainer=config.trainer, plan=plan, device=device, minibatch_seed=seed)
+
+
 class Learner:
     """Owns every learner component for one run."""
 
@@ -86,8 +101,8 @@ class Learner:
         self.plan = make_plan(config.trainer, num_agents=config.env.num_agents)
         checkpoint = self._last_checkpoint() if resume else None
         self.state = checkpoint.trainer_state if checkpoint is not None else TrainerState()
-        self.algorithm: Algorithm = PPO(spec=self.spec, model=config.model, trainer=config.trainer, plan=self.plan,
-                                        device=self.device, minibatch_seed=config.run.seed + self.state.update)
+        self.algorithm = make_algorithm(config, self.spec, self.plan, device=self.device,
+                                        seed=config.run.seed + self.state.update)
         if checkpoint is not None:
             self.algorithm.load_state_dict(checkpoint.learned)
         self.stop = threading.Event()
@@ -202,7 +217,8 @@ class Learner:
                             max_policy_lag=self.config.trainer.max_policy_lag, hwm=net.send_queue_messages,
                             buffer_bytes=net.socket_buffer_bytes, limits=limits, stop=threads_stop,
                             registry=registry, rows_per_message=net.rows_per_message,
-                            max_abs_value=net.max_abs_value, curve=self.curve, observer=self.prometheus)
+                            max_abs_value=net.max_abs_value, curve=self.curve, observer=self.prometheus,
+                            team_rows=self.config.trainer.algorithm == "coma")
         with binding(addresses.weights):
             publisher = WeightsPublisher(context=context, endpoint=addresses.weights.url, curve=self.curve)
         try:

@@ -15,6 +15,17 @@ What one step's fields hold:
 * ``versions[row]``: the policy version that produced the row's FIRST step.
 * ``states[row]``: the recurrent state the agent's policy had before its forward pass on the row's FIRST step
   (width 0 for feed-forward policies), so the learner can replay the row from the same state.
+
+Team rows (COMA, ``RowLayout.team_size = N > 0``): a row is one ENV's steps, every agent of it together, so the
+learner sees joint transitions. Then ``obs`` is [N, *obs_shape], ``actions`` [N, *action_shape] (for COMA's
+tanh-Gaussian policies: the pre-tanh draws ``u``; the env's actions are their squash), ``logprobs`` and ``rewards``
+[N] (each agent's own), ``dones`` the env's episode end, and four fields that are width 0 in per-agent rows hold:
+
+* ``global_state``: the env's global state at this step (``EnvSpec.state_size`` floats);
+* ``truncated``: 1 where the episode that ended on the transition into this step was cut by a time limit (it
+  bootstraps from its final state), 0 where it terminated or did not end;
+* ``final_obs``, ``final_global_state``: where an episode ended on the transition into this step, its last
+  observations and state (the step's own ``obs`` and ``global_state`` are the next episode's first).
 """
 
 from __future__ import annotations
@@ -59,11 +70,11 @@ ROW_FIELDS: tuple[RowField, ...] = (
              finite=True, bounded=True, flag=False),
     RowField(name="action_masks", per_step=True, shape=("mask_size",), dtype="uint8", poison=0xA5,
              finite=False, bounded=False, flag=True),
-    RowField(name="logprobs", per_step=True, shape=(), dtype="float32", poison=NAN,
+    RowField(name="logprobs", per_step=True, shape=("agent_dims",), dtype="float32", poison=NAN,
              finite=True, bounded=True, flag=False),
     RowField(name="values", per_step=True, shape=(), dtype="float32", poison=NAN,
              finite=True, bounded=True, flag=False),
-    RowField(name="rewards", per_step=True, shape=(), dtype="float32", poison=NAN,
+    RowField(name="rewards", per_step=True, shape=("agent_dims",), dtype="float32", poison=NAN,
              finite=True, bounded=True, flag=False),
     RowField(name="dones", per_step=True, shape=(), dtype="uint8", poison=0xFF, finite=False, bounded=False, flag=True),
     RowField(name="bootstrap", per_step=True, shape=(), dtype="float32", poison=NAN,
@@ -72,6 +83,14 @@ ROW_FIELDS: tuple[RowField, ...] = (
              finite=False, bounded=False, flag=False),
     RowField(name="states", per_step=False, shape=("state_size",), dtype="float32", poison=NAN,
              finite=False, bounded=True, flag=False),
+    RowField(name="global_state", per_step=True, shape=("global_state_size",), dtype="float32", poison=NAN,
+             finite=True, bounded=True, flag=False),
+    RowField(name="truncated", per_step=True, shape=("team_flag",), dtype="uint8", poison=0xFF,
+             finite=False, bounded=False, flag=True),
+    RowField(name="final_obs", per_step=True, shape=("final_obs_shape",), dtype="obs_dtype", poison=0xA5,
+             finite=False, bounded=True, flag=False),
+    RowField(name="final_global_state", per_step=True, shape=("global_state_size",), dtype="float32", poison=NAN,
+             finite=True, bounded=True, flag=False),
 )
 """Every array of a row, in ROWS message order. Adding a field here adds it to the assembler's buffers, the
 ROWS message and its validation, and the learner's host buffers; its producer (the actor's ``add`` call) and
@@ -107,6 +126,10 @@ class RowLayout:
     """Width of an action mask (0: the env has no masks)."""
     state_size: int = 0
     """Width of the policy's recurrent state (0: feed-forward)."""
+    team_size: int = 0
+    """Agents per team row (COMA's joint rows: obs_shape and action_shape then lead with it); 0: one agent per row."""
+    global_state_size: int = 0
+    """Width of a team row's global state (0 in per-agent rows)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "obs_shape", tuple(int(d) for d in self.obs_shape))
@@ -114,6 +137,24 @@ class RowLayout:
         object.__setattr__(self, "action_nvec", tuple(int(n) for n in self.action_nvec))
         object.__setattr__(self, "obs_dtype", np.dtype(self.obs_dtype).name)
         object.__setattr__(self, "action_dtype", np.dtype(self.action_dtype).name)
+        if self.team_size < 0 or (self.team_size == 0 and self.global_state_size):
+            raise ValueError(f"RowLayout: team_size {self.team_size} must be >= 0, and global_state_size "
+                             f"{self.global_state_size} is only for team rows (team_size > 0)")
+
+    @property
+    def agent_dims(self) -> tuple[int, ...]:
+        """The per-agent dimension of logprobs and rewards: (team_size,) in team rows, () otherwise."""
+        return (self.team_size,) if self.team_size else ()
+
+    @property
+    def team_flag(self) -> tuple[int, ...]:
+        """The shape of a team row's per-step flag (one value), width 0 in per-agent rows."""
+        return () if self.team_size else (0,)
+
+    @property
+    def final_obs_shape(self) -> tuple[int, ...]:
+        """The shape of a team row's final observations (obs_shape), width 0 in per-agent rows."""
+        return self.obs_shape if self.team_size else (0,)
 
     def value_shape(self, field: RowField) -> tuple[int, ...]:
         """The shape of one value of ``field`` (one step's, or one row's for a per-row field)."""

@@ -33,7 +33,7 @@ def test_defaults_are_the_seeds():
 
 
 def test_overrides_apply():
-    config = load_config(None, ["trainer.algorithm=coma", "coma.hidden_sizes=[64, 32, 16]", "coma.tau=1",
+    config = load_config(None, ["trainer.algorithm=coma", "trainer.batch_size=2000", "coma.hidden_sizes=[64, 32, 16]", "coma.tau=1",
                                 "coma.default_action=sampled", "coma.parameter_sharing=true"])
     assert config.trainer.algorithm == "coma" and config.coma.hidden_sizes == [64, 32, 16]
     assert config.coma.tau == 1.0 and config.coma.default_action == "sampled" and config.coma.parameter_sharing

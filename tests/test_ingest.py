@@ -15,7 +15,7 @@ import zmq
 
 from envs.base import EnvSpec
 from envs.spaces import ActionSpace
-from learner.batch import row_layout
+from envs.rows import row_layout
 from learner.ingest import Ingest, host_timing
 from learner import row_checks
 from learner.senders import Sender, SenderRegistry

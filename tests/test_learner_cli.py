@@ -87,11 +87,10 @@ def test_a_port_in_use_is_one_line_and_exit_2(tmp_path, capsys):
     assert not (tmp_path / "run").exists()
 
 
-def test_coma_in_the_distributed_learner_is_one_line_naming_what_runs_it(tmp_path, capsys):
-    assert main(learner_args(tmp_path, "trainer.algorithm=coma")) == 2
+def test_coma_on_an_env_it_cannot_learn_is_one_line_naming_why(tmp_path, capsys):
+    assert main(learner_args(tmp_path, "trainer.algorithm=coma", "coma.rollout_length=8192")) == 2
     err = one_line_error(capsys)
-    assert "trainer.algorithm: 'coma' does not run in the distributed learner yet (only 'ppo' does)" in err
-    assert "ops/bench/coma_spread.py" in err
+    assert "trainer.algorithm coma needs continuous (box) actions" in err
     assert not (tmp_path / "run").exists()
 
 

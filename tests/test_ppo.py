@@ -12,7 +12,7 @@ from envs.base import EnvSpec
 from envs.spaces import ActionSpace
 from configs.plan import make_plan
 from configs.schema import ModelSection, TrainerSection
-from learner.batch import RowBatch
+from learner.batch import TEAM_FIELDS, RowBatch
 from learner.ppo import explained_variance, ppo_update, sampling_probs
 from learner.schedules import UpdateSchedule, anneal_beta, learning_rate
 from policies.factory import make_policy
@@ -135,7 +135,8 @@ def make_case(seed: int, logp_noise: float):
     batch = RowBatch(obs=torch.from_numpy(obs), actions=torch.from_numpy(actions).long(),
                      action_masks=torch.zeros((ROWS, HORIZON + 1, 0), dtype=torch.uint8),
                      states=torch.zeros((ROWS, 0)), versions=torch.zeros(ROWS, dtype=torch.int64),
-                     **{k: torch.from_numpy(data[k]) for k in ("logprobs", "values", "rewards", "dones", "bootstrap")})
+                     **{k: torch.from_numpy(data[k]) for k in ("logprobs", "values", "rewards", "dones", "bootstrap")},
+                     **{name: torch.zeros((ROWS, HORIZON + 1, 0)) for name in TEAM_FIELDS})  # width 0: per-agent rows
     return policy, batch, data
 
 

@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 
 from envs.base import EnvSpec
 from envs.spaces import ActionSpace
-from learner.batch import BatchBuffers, row_layout, to_batch
+from envs.rows import row_layout
+from learner.batch import BatchBuffers, to_batch
 from learner.ingest import Ingest
 from learner.row_checks import MAX_EPISODE_LENGTH, RowRules, max_agent_steps, out_of_range_index
 from learner.senders import Sender, SenderRegistry

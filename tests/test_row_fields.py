@@ -14,8 +14,9 @@ import zmq
 from actors.assembler import RowAssembler
 from envs.base import EnvSpec
 from envs.spaces import ActionSpace
+from envs.rows import row_layout
 from learner.batch import (MINIBATCH_DERIVED, MINIBATCH_NAMES, NOT_IN_MINIBATCH, BatchBuffers, RowBatch,
-                           minibatch_rows, row_layout, to_batch)
+                           minibatch_rows, to_batch)
 from learner.ingest import Ingest
 from learner.losses import Minibatch
 from learner.senders import SenderRegistry
@@ -38,8 +39,33 @@ WIRE = {
     "bootstrap": ArraySpec(dtype="float32", shape=(-1, HORIZON), allow_nonfinite=False),
     "versions": ArraySpec(dtype="int64", shape=(-1,)),
     "states": ArraySpec(dtype="float32", shape=(-1, STATE)),
+    "global_state": ArraySpec(dtype="float32", shape=(-1, HORIZON, 0), allow_nonfinite=False),
+    "truncated": ArraySpec(dtype="uint8", shape=(-1, HORIZON, 0)),
+    "final_obs": ArraySpec(dtype="uint8", shape=(-1, HORIZON, 0)),
+    "final_global_state": ArraySpec(dtype="float32", shape=(-1, HORIZON, 0), allow_nonfinite=False),
 }
-"""The ROWS message of this env as the protocol has always laid it out (names, order, dtypes, shapes)."""
+"""The ROWS message of this env as the protocol lays it out (names, order, dtypes, shapes); the team fields are
+width 0 in per-agent rows."""
+
+TEAM_SPEC = EnvSpec(num_agents=3, obs_shape=(4,), obs_dtype="float32", action=ActionSpace.box([0.0, 0.0], [1.0, 1.0]),
+                    state_size=7)
+TEAM_WIRE = {
+    "obs": ArraySpec(dtype="float32", shape=(-1, HORIZON, 3, 4)),
+    "actions": ArraySpec(dtype="float32", shape=(-1, HORIZON, 3, 2), allow_nonfinite=False),
+    "action_masks": ArraySpec(dtype="uint8", shape=(-1, HORIZON, 0)),
+    "logprobs": ArraySpec(dtype="float32", shape=(-1, HORIZON, 3), allow_nonfinite=False),
+    "values": ArraySpec(dtype="float32", shape=(-1, HORIZON), allow_nonfinite=False),
+    "rewards": ArraySpec(dtype="float32", shape=(-1, HORIZON, 3), allow_nonfinite=False),
+    "dones": ArraySpec(dtype="uint8", shape=(-1, HORIZON)),
+    "bootstrap": ArraySpec(dtype="float32", shape=(-1, HORIZON), allow_nonfinite=False),
+    "versions": ArraySpec(dtype="int64", shape=(-1,)),
+    "states": ArraySpec(dtype="float32", shape=(-1, 0)),
+    "global_state": ArraySpec(dtype="float32", shape=(-1, HORIZON, 7), allow_nonfinite=False),
+    "truncated": ArraySpec(dtype="uint8", shape=(-1, HORIZON)),
+    "final_obs": ArraySpec(dtype="float32", shape=(-1, HORIZON, 3, 4)),
+    "final_global_state": ArraySpec(dtype="float32", shape=(-1, HORIZON, 7), allow_nonfinite=False),
+}
+"""COMA's team rows of a 3-agent env: one row per env, every agent's values together."""
 
 
 def check_table_arrays(arrays: dict[str, np.ndarray], rows: int, layout: RowLayout = LAYOUT) -> None:
@@ -56,11 +82,17 @@ def test_the_wire_layout_is_unchanged() -> None:
     assert list(specs) == list(WIRE) and specs == WIRE
 
 
+def test_team_rows_hold_every_agent_of_an_env() -> None:
+    specs = row_layout(TEAM_SPEC, horizon=HORIZON, state_size=0, team=True).specs()
+    assert list(specs) == list(TEAM_WIRE) and specs == TEAM_WIRE
+
+
 def test_field_names_are_unique_and_shapes_name_layout_sizes() -> None:
     assert len(set(ROW_FIELD_NAMES)) == len(ROW_FIELDS)
     sizes = {f.name for f in dataclasses.fields(RowLayout)}
     for field in ROW_FIELDS:
-        assert all(isinstance(d, int) or d in sizes for d in field.shape), field.name
+        assert all(isinstance(d, int) or d in sizes or isinstance(getattr(RowLayout, d, None), property)
+                   for d in field.shape), field.name
         assert field.dtype in sizes or np.dtype(field.dtype).name == field.dtype, field.name
 
 
@@ -123,7 +155,7 @@ def test_assembler_rejects_unknown_and_missing_fields() -> None:
     asm = make_assembler()
     values = step_values(1, 0)
     with pytest.raises(ValueError, match="unknown row field"):
-        asm.add(np.array([0]), 0, **values, global_state=np.zeros((1, 3), np.float32))
+        asm.add(np.array([0]), 0, **values, team_reward=np.zeros((1, 3), np.float32))
     with pytest.raises(ValueError, match="unknown row field"):
         asm.add(np.array([0]), 0, **values, versions=np.zeros(1, np.int64))
     del values["action_masks"]

@@ -50,7 +50,8 @@ from envs.registry import env_spec
 from benchlib import emit
 from configs.loader import load_config
 from configs.plan import make_plan
-from learner.batch import BatchBuffers, row_layout, to_batch
+from envs.rows import row_layout
+from learner.batch import BatchBuffers, to_batch
 from learner.ingest import Ingest
 from learner.ppo import ppo_update
 from learner.ppo_algorithm import make_optimizer, make_reference

@@ -22,7 +22,8 @@ from envs.registry import env_spec
 from envs.base import EnvSpec
 from configs.loader import load_config
 from configs.plan import make_plan
-from learner.batch import BatchBuffers, RowBatch, row_layout, to_batch
+from envs.rows import row_layout
+from learner.batch import BatchBuffers, RowBatch, to_batch
 from learner.losses import minibatch_losses
 from learner.ppo import ppo_update
 from learner.ppo_algorithm import make_optimizer

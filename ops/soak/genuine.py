@@ -19,7 +19,7 @@ from configs.loader import config_from_dict
 from configs.schema import RunConfig
 from envs.base import EnvSpec
 from envs.registry import env_spec
-from learner.batch import row_layout
+from envs.rows import row_layout
 from policies.factory import make_policy
 from protocol import Limits, Message, MessageType, ProtocolError, decode, encode
 from protocol.rows import RowLayout

@@ -1,0 +1,91 @@
+"""One inference step of an actor host for COMA: team rows, one row per env with every agent's step together.
+
+``TeamStepper.act`` reads the ready groups like ``GroupStepper`` does, but decides for whole envs: every agent of an
+env by its own actor (``TeamInference``), and records one step per env in the assembler (whose row writers are the
+host's envs, ids ``slot // agents_per_env``): all agents' observations, pre-tanh actions, log-probabilities and
+rewards, the env's episode end and whether it was a truncation, its global state, and where an episode ended its
+final observations and state (``protocol.rows``, team rows). COMA needs every agent of an env on every step: a slot
+that is not active stops the host with a message saying so.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from actors.assembler import RowAssembler
+from actors.host_metrics import HostMetrics
+from actors.recurrent_state import AgentStates
+from actors.rows_report import RowsReport
+from actors.slot_layout import GroupView, SlotLayout
+from actors.stepper import GroupStepper
+from actors.team_inference import TeamInference
+from envs.base import EnvSpec
+
+
+class TeamStepper(GroupStepper):
+    """Inference and recording of team rows for ready env groups (row writer id = host-wide env id)."""
+
+    def __init__(self, *, env_spec: EnvSpec, layout: SlotLayout, inference: TeamInference, assembler: RowAssembler,
+                 metrics: HostMetrics | None = None) -> None:
+        super().__init__(env_spec=env_spec, layout=layout, inference=inference, assembler=assembler,
+                         states=AgentStates(layout.total_envs, 0), metrics=metrics)
+        self.team = inference
+
+    @property
+    def steps_per_group(self) -> int:
+        """Steps one group adds to the assembler: one per env."""
+        return self.layout.envs_per_group
+
+    def act(self, groups: Sequence[GroupView], report: RowsReport) -> None:
+        """For each ready group: decide for every agent of every env, write the actions, record one step per env."""
+        started = time.perf_counter()
+        self._episode_stats(groups, report, None)
+        n, spg = self.layout.agents_per_env, self.layout.slots_per_group
+
+        def joined(name: str) -> np.ndarray:
+            return np.concatenate([getattr(view.buffers, name) for view in groups])
+
+        active = joined("active")
+        if not active.all():
+            raise RuntimeError(f"trainer.algorithm coma needs every agent of an env to act on every step; "
+                               f"{int((~active).sum())} of {len(active)} agent slots were inactive (an env whose "
+                               f"agents finish at different times is not one COMA can learn from)")
+        env_ids = np.concatenate([view.slot_ids[::n] // n for view in groups])
+        envs = len(env_ids)
+        obs = joined("obs").reshape(envs, n, *self.env_spec.obs_shape)
+        terminated = joined("terminated").reshape(envs, n).any(axis=1)
+        truncated = joined("truncated").reshape(envs, n).any(axis=1) & ~terminated
+        ended = terminated | truncated
+        final_obs = joined("final_obs").reshape(envs, n, *self.env_spec.obs_shape).copy()
+        final_state = joined("final_global_state")[::n].copy()
+        final_obs[~ended] = 0  # only an ended episode's are real; the rest are zeros, not stale values
+        final_state[~ended] = 0
+        decide_started = time.perf_counter()
+        decisions = self.team.decide(obs)
+        forward_s = time.perf_counter() - decide_started
+        actions = decisions.actions.reshape(envs * n, *self.env_spec.action.shape)
+        for i, view in enumerate(groups):
+            view.buffers.actions[:] = actions[i * spg:(i + 1) * spg]
+        self.assembler.add(env_ids, self.team.version, obs=obs, actions=decisions.pre_tanh,
+                           logprobs=decisions.logprobs, values=np.zeros(envs, np.float32),
+                           rewards=joined("rewards").reshape(envs, n), dones=ended.astype(np.uint8),
+                           bootstrap=np.zeros(envs, np.float32), global_state=joined("global_state")[::n],
+                           truncated=truncated.astype(np.uint8), final_obs=final_obs, final_global_state=final_state)
+        report.inference_s += forward_s
+        report.inference_batches += 1
+        report.inference_agents += envs * n
+        report.env_steps += envs
+        self.env_steps += envs
+        report.agent_steps += envs * n
+        step_s = time.perf_counter() - started
+        report.act_s += step_s
+        if self.metrics is not None:
+            self.metrics.step_timed(step_s=step_s, forward_s=forward_s, agents=envs * n)
+
+    def forget_worker(self, worker: int) -> None:
+        """A worker died and is being replaced: drop the partial rows of its envs."""
+        first = worker * self.layout.envs_per_worker
+        self.assembler.discard_agents(np.arange(first, first + self.layout.envs_per_worker, dtype=np.int64))

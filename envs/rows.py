@@ -1,0 +1,21 @@
+"""The rows an env's steps travel in: its spec mapped onto ``protocol.rows.RowLayout``, the one mapping actor hosts
+(the assembler) and the learner (the ingest's checks and batches) both use."""
+
+from __future__ import annotations
+
+from envs.base import EnvSpec
+from protocol.rows import RowLayout
+
+
+def row_layout(env: EnvSpec, *, horizon: int, state_size: int, team: bool = False) -> RowLayout:
+    """The rows of an env's ROWS messages: ``horizon`` (bptt_horizon + 1) steps, the policy's state width; with
+    ``team``, one row per env holding all its agents (COMA's joint rows, ``protocol.rows``)."""
+    if team:
+        n = env.num_agents
+        return RowLayout(horizon=horizon, obs_shape=(n, *env.obs_shape), obs_dtype=env.obs_dtype,
+                         action_shape=(n, *env.action.shape), action_dtype=env.action.dtype,
+                         action_nvec=env.action.nvec, mask_size=env.mask_size, state_size=state_size,
+                         team_size=n, global_state_size=env.state_size)
+    return RowLayout(horizon=horizon, obs_shape=env.obs_shape, obs_dtype=env.obs_dtype,
+                     action_shape=env.action.shape, action_dtype=env.action.dtype, action_nvec=env.action.nvec,
+                     mask_size=env.mask_size, state_size=state_size)

@@ -1,0 +1,83 @@
+"""COMA as an ``Algorithm`` of the distributed learner: each batch of team rows is one rollout.
+
+``update`` turns the rollout's rows into joint transitions (``learner.coma_rows``), adds them to the replay buffer,
+then takes ``coma.epochs * ceil(transitions / coma.batch_size)`` gradient steps of ``Coma.train_step`` on uniform
+minibatches from the buffer, as the serial mode does (``learner.coma_serial``: an epoch is one rollout's worth of
+transitions). The acting policy the loop publishes to actor hosts is ``Coma.actors`` (``TeamActors``).
+
+Checkpoint files: ``actors``, ``critic``, ``target_actors``, ``target_critic`` (modules), ``actor_optimizer`` and
+``critic_optimizer``, and ``replay``: the replay buffer's transitions oldest first, as plain arrays (at the seed's
+100k transitions of 3-agent simple_spread, about 72 MB), so a resumed run keeps learning from what it had.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from configs.schema import ComaSection
+from envs.base import EnvSpec
+from learner.algorithm import Algorithm
+from learner.batch import RowBatch
+from learner.checkpoint import LearnedState
+from learner.coma_algorithm import Coma, transition_fields
+from learner.coma_rows import transitions_from_rows
+from learner.replay_buffer import ReplayBuffer
+from policies.team_actors import team_shapes
+
+MODULES = ("actors", "critic", "target_actors", "target_critic")
+"""Coma's networks, by attribute and checkpoint file name."""
+OPTIMIZERS = ("actor_optimizer", "critic_optimizer")
+"""Coma's optimizers, by attribute and checkpoint file name."""
+REPLAY = "replay"
+"""The replay buffer's checkpoint file name."""
+
+
+class ComaLearner(Algorithm):
+    """Coma, its replay buffer and its minibatch sampler."""
+
+    def __init__(self, *, spec: EnvSpec, section: ComaSection, device: torch.device, seed: int) -> None:
+        """``seed`` seeds the networks, the target-action sampler and the minibatch draws (the learner passes run.seed
+        + the update it starts at, so a resumed run does not replay the first run's draws)."""
+        self.section = section
+        self.device = device
+        self.coma = Coma(team_shapes(spec), section, seed=seed, device=device)
+        self.policy = self.coma.actors
+        self.replay = ReplayBuffer(section.buffer_size, transition_fields(self.coma.shapes))
+        self.rng = np.random.default_rng(seed)
+
+    def update(self, batch: RowBatch, *, update_index: int) -> dict[str, float]:
+        """Add the rollout's transitions to the replay buffer, then the rollout's gradient steps; returns their mean
+        metrics, the buffer fill and the counts."""
+        section = self.section
+        transitions = transitions_from_rows(batch, self.coma.low, self.coma.high)
+        added = len(transitions["state"])
+        self.replay.add(transitions)
+        steps = section.epochs * math.ceil(added / section.batch_size)
+        sums: dict[str, float] = {}
+        for _ in range(steps):
+            sample = self.replay.sample(section.batch_size, self.rng)
+            minibatch = {name: torch.from_numpy(values).to(self.device) for name, values in sample.items()}
+            for name, value in self.coma.train_step(minibatch).items():
+                sums[name] = sums.get(name, 0.0) + value
+        metrics = {name: total / max(1, steps) for name, total in sums.items()}
+        metrics.update(buffer_fill=len(self.replay) / self.replay.capacity, transitions_added=float(added),
+                       gradient_steps=float(steps), reward_mean=float(transitions["rewards"].mean()))
+        return metrics
+
+    def state_dict(self) -> LearnedState:
+        """The networks, the optimizers and the replay buffer."""
+        modules = {name: getattr(self.coma, name).state_dict() for name in MODULES}
+        modules[REPLAY] = {key: torch.from_numpy(value) for key, value in self.replay.state_dict().items()}
+        return LearnedState(modules=modules,
+                            optimizers={name: getattr(self.coma, name).state_dict() for name in OPTIMIZERS})
+
+    def load_state_dict(self, state: LearnedState) -> None:
+        """Continue from a checkpoint: networks, optimizers and the replay buffer's transitions."""
+        for name in MODULES:
+            getattr(self.coma, name).load_state_dict(state.modules[name])
+        for name in OPTIMIZERS:
+            getattr(self.coma, name).load_state_dict(state.optimizers[name])
+        self.replay.load_state_dict({key: value.numpy() for key, value in state.modules[REPLAY].items()})
