@@ -40,7 +40,7 @@ from actors.stop_flag import StopFlag
 from actors.team_inference import TeamInference
 from actors.team_stepper import TeamStepper
 from actors.worker_pool import WorkerPool
-from configs.loader import config_from_dict
+from configs.loader import ConfigError, config_from_dict
 from configs.plan import make_plan
 from configs.schema import RunConfig
 from envs.base import EnvSpec
@@ -133,6 +133,9 @@ def build_host(registration: Registration, link: LearnerLink, *, options: HostOp
     rows_buffered = 2 * config.network.rows_per_message
     horizon = config.trainer.bptt_horizon + 1
     if config.trainer.algorithm == "coma":
+        if options.null_policy:
+            raise ConfigError("--null-policy measures PPO's per-agent pipeline; this learner trains trainer.algorithm "
+                              "coma, whose hosts act with the team's actors")
         team = TeamInference(spec, config.coma, seed=seed)
         team.load(registration.version, registration.weights)
         assembler = RowAssembler.for_layout(row_layout(spec, horizon=horizon, state_size=0, team=True),

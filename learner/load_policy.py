@@ -66,13 +66,17 @@ def load_policy(run_dir: Path | str, checkpoint: int | None = None) -> LoadedPol
     """The policy of ``run_dir`` at checkpoint ``checkpoint`` (an update number; None: the newest).
 
     Raises ``LoadPolicyError`` for a missing run directory or config.yaml, a run without checkpoints, an absent
-    checkpoint (naming the available ones) or a checkpoint without ``model.safetensors``.
+    checkpoint (naming the available ones), a checkpoint without ``model.safetensors``, or a COMA run.
     """
     run_dir = Path(run_dir)
     try:
         config = read_run_config(run_dir)
     except RunDirError as err:
         raise LoadPolicyError(str(err)) from err
+    if config.trainer.algorithm == "coma":
+        raise LoadPolicyError(f"run {run_dir} trained COMA (trainer.algorithm coma): its team actors are in each "
+                              f"checkpoint's actors.safetensors, not a {MODEL_FILE} policy; score it with "
+                              f"ops/bench/coma_spread.py")
     path = find_checkpoint(run_dir, checkpoint)
     weights = path / MODEL_FILE
     if not weights.is_file():

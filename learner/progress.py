@@ -130,6 +130,12 @@ def _finite(record: dict[str, Any], key: str) -> float | None:
     return float(value)
 
 
+LOSS_FIELDS = (("approx_kl", "kl", 3), ("clipfrac", "clip", 2), ("explained_variance", "ev", 2),
+               ("critic_loss", "critic", 3), ("q_mean", "q", 2), ("action_std", "std", 2), ("buffer_fill", "replay", 2))
+"""The algorithm's health figures the line shows when an update reports them: (key, label, decimals); PPO's, then
+COMA's."""
+
+
 class ProgressLine:
     """The console progress of one learner run; ``update`` once per update, ``event`` for a line of its own,
     ``close`` after the last update. Safe to call from several threads (events may come from the control
@@ -267,7 +273,7 @@ class ProgressLine:
     @staticmethod
     def _losses_text(record: dict[str, Any]) -> str:
         shown = []
-        for key, label, decimals in (("approx_kl", "kl", 3), ("clipfrac", "clip", 2), ("explained_variance", "ev", 2)):
+        for key, label, decimals in LOSS_FIELDS:
             value = _finite(record, key)
             if value is not None:
                 shown.append(f"{label} {format_number(value, decimals=decimals, leading_zero=False)}")

@@ -131,6 +131,17 @@ def test_missing_run_dir_is_one_line_error(tmp_path: Path, capsys) -> None:
                                         f"does not exist"]
 
 
+def test_a_coma_run_is_one_line_naming_what_scores_it(tmp_path: Path, capsys) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    config = load_config(None, ["trainer.algorithm=coma", "trainer.batch_size=2000", "env.name=simple_spread",
+                                "env.num_agents=3"])
+    (run / "config.yaml").write_text(yaml.safe_dump(config_to_dict(config), sort_keys=False))
+    code, out, err = evaluate(capsys, "--run-dir", str(run))
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "trained COMA (trainer.algorithm coma)" in err and "ops/bench/coma_spread.py" in err
+
+
 def test_run_without_checkpoint_is_an_error(cartpole_run: Path, tmp_path: Path, capsys) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()

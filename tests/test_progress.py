@@ -229,3 +229,12 @@ def test_the_learner_refuses_quiet_with_plain():
                           text=True, timeout=120)
     assert done.returncode == 2
     assert "python -m learner: error: argument --plain: not allowed with argument --quiet" in done.stderr
+
+
+def test_a_coma_update_shows_its_critic_q_std_and_replay_fill():
+    line, clock, _ = make("plain")
+    coma = {key: value for key, value in record(9, 62_544).items()
+            if key not in ("approx_kl", "clipfrac", "explained_variance", "policy_loss", "value_loss")}
+    coma.update(critic_loss=0.1531, q_mean=-11.71, action_std=0.84, buffer_fill=0.18)
+    text = line.format_line(coma, clock.now)
+    assert text.endswith("critic .153 q -11.71 std .84 replay .18") and "kl" not in text, text
