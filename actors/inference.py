@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from torch import nn
 
 from envs.base import EnvSpec
 from configs.schema import ModelSection
@@ -32,13 +33,12 @@ class Decisions:
     """[n, state_size] float32 recurrent state after this step (the input of the agent's next step)."""
 
 
-class Inference:
-    """The current policy, its version, and a seeded sampler."""
+class HostPolicy:
+    """A policy module on an actor host (in eval mode), the version of its weights, and a seeded sampler."""
 
-    def __init__(self, spec: EnvSpec, model: ModelSection, *, seed: int) -> None:
-        self.policy = make_policy(spec, model)
+    def __init__(self, policy: nn.Module, *, seed: int) -> None:
+        self.policy = policy
         self.policy.eval()
-        self.state_size: int = self.policy.state_size
         self.version = 0
         self.generator = torch.Generator()
         self.generator.manual_seed(seed)
@@ -47,6 +47,14 @@ class Inference:
         """Switch to the given weights."""
         load_state_arrays(self.policy, arrays)
         self.version = version
+
+
+class Inference(HostPolicy):
+    """The current per-agent policy (``policies.factory.make_policy``), its version, and a seeded sampler."""
+
+    def __init__(self, spec: EnvSpec, model: ModelSection, *, seed: int) -> None:
+        super().__init__(make_policy(spec, model), seed=seed)
+        self.state_size: int = self.policy.state_size
 
     @torch.no_grad()
     def decide(self, obs: np.ndarray, states: np.ndarray, masks: np.ndarray | None = None) -> Decisions:

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from actors.inference import HostPolicy
 from configs.schema import ComaSection
 from envs.base import EnvSpec
 from policies import tanh_gaussian
-from policies.factory import load_state_arrays
 from policies.team_actors import make_team_actors, team_shapes
 
 
@@ -31,7 +31,7 @@ class TeamDecisions:
     """[E, N] float32 each agent's behaviour log-probability of its action."""
 
 
-class TeamInference:
+class TeamInference(HostPolicy):
     """The current team actors, their version, and a seeded sampler."""
 
     state_size = 0
@@ -39,18 +39,9 @@ class TeamInference:
 
     def __init__(self, spec: EnvSpec, section: ComaSection, *, seed: int) -> None:
         self.shapes = team_shapes(spec)
-        self.policy = make_team_actors(self.shapes, section)
-        self.policy.eval()
+        super().__init__(make_team_actors(self.shapes, section), seed=seed)
         self.low = torch.tensor(self.shapes.action_low, dtype=torch.float32)
         self.high = torch.tensor(self.shapes.action_high, dtype=torch.float32)
-        self.version = 0
-        self.generator = torch.Generator()
-        self.generator.manual_seed(seed)
-
-    def load(self, version: int, arrays: dict[str, np.ndarray]) -> None:
-        """Switch to the given weights."""
-        load_state_arrays(self.policy, arrays)
-        self.version = version
 
     @torch.no_grad()
     def decide(self, obs: np.ndarray) -> TeamDecisions:

@@ -134,12 +134,19 @@ class SerialComa:
 def evaluate_team_return(env: CooperativeVecEnv, coma: Coma, buffers: StepBuffers, *, episodes: int, seed: int,
                          deterministic: bool = True) -> list[float]:
     """Team returns of ``episodes`` whole episodes of ``coma``'s actors (the mean action when ``deterministic``)."""
+    return play_team_return(env, lambda obs: coma.act(obs, deterministic=deterministic)[1], buffers,
+                            episodes=episodes, seed=seed)
+
+
+def play_team_return(env: CooperativeVecEnv, choose_actions: Callable[[np.ndarray], np.ndarray],
+                     buffers: StepBuffers, *, episodes: int, seed: int) -> list[float]:
+    """Team returns of ``episodes`` whole episodes where ``choose_actions`` maps obs [E, N, obs_dim] to env actions
+    [E, N, A], from a reset with ``seed``."""
     env.reset(buffers, seed=seed)
     log = EpisodeLog()
     while len(log.team_returns) < episodes:
         obs = buffers.obs.reshape(env.num_envs, env.num_agents, -1)
-        _, actions, _ = coma.act(obs, deterministic=deterministic)
-        buffers.actions[:] = actions.reshape(buffers.actions.shape)
+        buffers.actions[:] = choose_actions(obs).reshape(buffers.actions.shape)
         env.step(buffers)
         log.record(buffers, env.num_agents)
     return log.team_returns[:episodes]

@@ -20,6 +20,8 @@ PROG = "python -m learner.plot"
 X_AXES = ("agent_steps", "elapsed_s")
 BANDS = ("minmax", "std")
 GRID_POINTS = 200
+BASELINE_COLORS = ("grey", "black", "tab:brown", "tab:pink")
+"""The dashed baseline levels' colours, in order (cycled)."""
 IGNORED_CONFIG_KEYS = ("seed", "name")
 """Keys of the config's run section that do not make two runs different experiments."""
 
@@ -130,8 +132,9 @@ def group_curve(group: Sequence[Run], *, band: str) -> Curve:
     return Curve(label=f"{names} (mean, {band_text} over {len(group)} seeds)", x=grid, mean=mean, low=low, high=high)
 
 
-def draw(curves: Sequence[Curve], *, metric: str, x_axis: str, out: Path) -> None:
-    """Write the curves as a PNG at ``out``."""
+def draw(curves: Sequence[Curve], *, metric: str, x_axis: str, out: Path,
+         baselines: Sequence[tuple[str, float]] = ()) -> None:
+    """Write the curves as a PNG at ``out``, with each ``(label, value)`` of ``baselines`` as a dashed level."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -141,6 +144,9 @@ def draw(curves: Sequence[Curve], *, metric: str, x_axis: str, out: Path) -> Non
         (line,) = axes.plot(curve.x, curve.mean, label=curve.label)
         if curve.low is not None and curve.high is not None:
             axes.fill_between(curve.x, curve.low, curve.high, color=line.get_color(), alpha=0.25, linewidth=0)
+    for index, (label, value) in enumerate(baselines):
+        color = BASELINE_COLORS[index % len(BASELINE_COLORS)]
+        axes.axhline(value, linestyle="--", color=color, linewidth=1, label=label)
     axes.set_xlabel(x_axis)
     axes.set_ylabel(metric)
     axes.grid(alpha=0.3)

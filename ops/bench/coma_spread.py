@@ -1,32 +1,49 @@
 """Benchmark: COMA on simple_spread (3 agents, 25-step episodes), scored like the issue asks.
 
-For each seed, COMA trains in the serial mode (``learner.coma_serial``, the built-in numba ``simple_spread``) for
-``--seconds`` of wall-clock, then its actors play ``--episodes`` deterministic evaluation episodes (the mean action);
-the score is the team return, the sum over agents and steps, averaged over episodes. Printed beside it, on the same
+For each seed, COMA trains for ``--seconds`` of wall-clock on the built-in numba ``simple_spread``, then its actors
+play ``--episodes`` deterministic evaluation episodes (the mean action); the score is the team return, the sum over
+agents and steps, averaged over episodes. ``--mode pipeline`` (the default) trains through the real pipeline
+(``python -m learner --config coma_spread`` and one ``python -m actors`` host, stopped by SIGINT) and scores the
+final checkpoint's actors; with ``--plot PATH`` it also draws each seed's learning curve (the team return, 3 x
+metrics.jsonl's episode_return_mean, against agent steps) beside the baselines. ``--mode serial`` trains in one
+process (``learner.coma_serial``). Printed beside it, on the same
 env and episodes: a uniformly random policy and a scripted controller that knows the landmark positions (each
 agent heads for the landmark given to it by a greedy nearest-pair assignment). The project's PPO with independent
 per-agent critics runs through the real pipeline (``configs/simple_spread.yaml``) and is scored with
 ``python -m learner.evaluate``; see the README.
 
-Usage: .venv/bin/python ops/bench/coma_spread.py [--seeds 1 2 3] [--seconds 600] [--episodes 200] [--envs 16]
-       [--set coma.KEY=VALUE ...]
+Usage: .venv/bin/python ops/bench/coma_spread.py [--mode pipeline|serial] [--seeds 1 2 3] [--seconds 600]
+       [--episodes 200] [--port 6310] [--plot PNG] [--envs 16 (serial)] [--set SECTION.KEY=VALUE ...]
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
 import numpy as np
+import torch
 from benchlib import emit
+from pipeline_run import trained_run
+from safetensors.numpy import load_file
 
 from configs.loader import load_config
 from envs.base import StepBuffers
 from envs.simple_spread import ACTION_DIM, SimpleSpreadVec, obs_dim, state_dim
 from learner.coma_algorithm import ComaShapes
-from learner.coma_serial import EpisodeLog, SerialComa, evaluate_team_return
+from learner.coma_serial import EpisodeLog, SerialComa, evaluate_team_return, play_team_return
+from learner.load_policy import LoadPolicyError, find_checkpoint
+from learner.plot import Curve, PlotError, draw, load_run
+from policies import tanh_gaussian
+from policies.factory import load_state_arrays
+from policies.team_actors import make_team_actors, team_shapes
 
 NUM_AGENTS = 3
+BASELINE_SEED = 12345
+"""The reset seed of the baselines' evaluation episodes."""
+EVAL_SEED_OFFSET = 999
+"""A trained seed S is evaluated on episodes reset with seed S + this."""
 
 
 def shapes(num_agents: int) -> ComaShapes:
@@ -75,19 +92,53 @@ def scripted_actions(env: SimpleSpreadVec) -> np.ndarray:
     return np.clip(actions, 0.0, 1.0).reshape(-1, ACTION_DIM)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
-    parser.add_argument("--seconds", type=float, default=600.0, help="training wall-clock per seed")
-    parser.add_argument("--episodes", type=int, default=200, help="evaluation episodes")
-    parser.add_argument("--envs", type=int, default=16, help="envs stepped together while collecting")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="coma.KEY=VALUE")
-    args = parser.parse_args()
+def checkpoint_team_returns(run_dir: Path, *, episodes: int, seed: int) -> list[float]:
+    """Team returns of the run's newest checkpoint's actors (the mean action) over ``episodes`` seeded episodes."""
+    config = load_config(run_dir / "config.yaml")
+    env, buffers = new_env(min(episodes, 64))
+    sizes = team_shapes(env.spec)
+    actors = make_team_actors(sizes, config.coma)
+    load_state_arrays(actors, load_file(str(find_checkpoint(run_dir, None) / "actors.safetensors")))
+    low, high = torch.tensor(sizes.action_low), torch.tensor(sizes.action_high)
+
+    def mean_actions(obs: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            mean, _ = actors.heads(torch.as_tensor(obs, dtype=torch.float32))
+            return tanh_gaussian.mode(mean, low, high).numpy()
+
+    return play_team_return(env, mean_actions, buffers, episodes=episodes, seed=seed)
+
+
+def team_return_curve(run_dir: Path, seed: int) -> Curve | None:
+    """The run's training team return (3 x episode_return_mean) against agent steps (None before any episode)."""
+    try:
+        run = load_run(run_dir, metric="episode_return_mean", x_axis="agent_steps")
+    except PlotError:
+        return None
+    return Curve(label=f"COMA seed {seed}", x=run.x, mean=NUM_AGENTS * run.y, low=None, high=None)
+
+
+def pipeline_trial(seed: int, *, seconds: float, episodes: int, port: int,
+                   overrides: list[str]) -> tuple[dict, Curve | None]:
+    """Train one seed through the real pipeline, score its final checkpoint; its figures and learning curve."""
+    with trained_run(config="coma_spread", seed=seed, seconds=seconds, port=port, overrides=overrides) as run:
+        try:
+            returns = checkpoint_team_returns(run.run_dir, episodes=episodes, seed=seed + EVAL_SEED_OFFSET)
+            error = None
+        except LoadPolicyError as err:
+            returns, error = [], str(err)
+        curve = team_return_curve(run.run_dir, seed)
+    agent_steps = run.agent_steps
+    return {"bench": "coma_spread", "mode": "pipeline", "policy": "coma", "seed": seed, "train_s": seconds,
+            "agent_steps": agent_steps, "transitions": agent_steps // NUM_AGENTS if agent_steps is not None else None,
+            "learner_exit_code": run.learner_exit_code, "episodes": len(returns),
+            "team_return_mean": round(float(np.mean(returns)), 2) if returns else None,
+            "evaluate_error": error}, curve
+
+
+def train_serial(args: argparse.Namespace) -> None:
+    """``--mode serial``: COMA in this process (``learner.coma_serial``), one seed after another."""
     section = load_config(None, args.overrides).coma
-    for policy in ("random", "scripted"):
-        returns = baseline_returns(policy, episodes=args.episodes, seed=12345)
-        emit({"bench": "coma_spread", "policy": policy, "episodes": len(returns),
-              "team_return_mean": round(float(np.mean(returns)), 2)})
     for seed in args.seeds:
         env, buffers = new_env(args.envs)
         trainer = SerialComa(env, shapes(NUM_AGENTS), section, seed=seed, buffers=buffers)
@@ -103,10 +154,47 @@ def main() -> None:
 
         trainer.train(seconds=args.seconds, on_rollout=progress)
         eval_env, eval_buffers = new_env(min(args.episodes, 64))
-        returns = evaluate_team_return(eval_env, trainer.coma, eval_buffers, episodes=args.episodes, seed=seed + 999)
-        emit({"bench": "coma_spread", "policy": "coma", "seed": seed, "train_s": round(time.monotonic() - started, 1),
-              "transitions": trainer.transitions, "episodes": len(returns),
+        returns = evaluate_team_return(eval_env, trainer.coma, eval_buffers, episodes=args.episodes,
+                                       seed=seed + EVAL_SEED_OFFSET)
+        emit({"bench": "coma_spread", "mode": "serial", "policy": "coma", "seed": seed,
+              "train_s": round(time.monotonic() - started, 1), "transitions": trainer.transitions,
+              "episodes": len(returns),
               "team_return_mean": round(float(np.mean(returns)), 2), "default_action": section.default_action})
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mode", choices=("pipeline", "serial"), default="pipeline",
+                        help="train through the real learner and actor processes, or in this one process")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--seconds", type=float, default=600.0, help="training wall-clock per seed")
+    parser.add_argument("--episodes", type=int, default=200, help="evaluation episodes")
+    parser.add_argument("--envs", type=int, default=16, help="serial: envs stepped together while collecting")
+    parser.add_argument("--port", type=int, default=6310,
+                        help="pipeline: the learner's network.port (and the next three)")
+    parser.add_argument("--plot", type=Path, default=None, help="pipeline: write the learning curves as this PNG")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help="serial: coma.KEY=VALUE over the defaults; pipeline: the learner's --set")
+    args = parser.parse_args()
+    baselines = {}
+    for policy in ("random", "scripted"):
+        returns = baseline_returns(policy, episodes=args.episodes, seed=BASELINE_SEED)
+        baselines[policy] = round(float(np.mean(returns)), 2)
+        emit({"bench": "coma_spread", "policy": policy, "episodes": len(returns),
+              "team_return_mean": baselines[policy]})
+    if args.mode == "serial":
+        train_serial(args)
+        return
+    curves = []
+    for seed in args.seeds:
+        record, curve = pipeline_trial(seed, seconds=args.seconds, episodes=args.episodes, port=args.port,
+                                       overrides=args.overrides)
+        emit(record)
+        curves.extend([curve] if curve is not None else [])
+    if args.plot is not None:
+        draw(curves, metric="team return (3 x episode_return_mean)", x_axis="agent steps", out=args.plot,
+             baselines=[("random policy", baselines["random"]), ("scripted controller", baselines["scripted"])])
+        print(f"wrote {args.plot} ({len(curves)} curves)", flush=True)
 
 
 if __name__ == "__main__":

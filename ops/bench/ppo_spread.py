@@ -13,48 +13,27 @@ Usage: .venv/bin/python ops/bench/ppo_spread.py [--seeds 1 2 3] [--seconds 600] 
 from __future__ import annotations
 
 import argparse
-import os
 import re
-import signal
 import subprocess
 import sys
-import tempfile
-import time
-from pathlib import Path
 
 from benchlib import emit
+from pipeline_run import REPO, trained_run
 
-REPO = Path(__file__).resolve().parents[2]
 NUM_AGENTS = 3
 SUMMARY = re.compile(r"mean return (-?[\d.]+) \+- ([\d.]+) \(95% CI\) over (\d+) episodes")
-AGENT_STEPS = re.compile(r"([\d,]+)/[\d.,]+[KMGT]? ")
 
 
 def trial(seed: int, *, seconds: float, episodes: int, port: int) -> dict:
     """Train one seed for ``seconds``, evaluate it; returns its figures."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    with tempfile.TemporaryDirectory() as tmp:
-        run_dir = Path(tmp, "run")
-        learner = subprocess.Popen(
-            [sys.executable, "-m", "learner", "--config", "simple_spread", "--run-dir", str(run_dir), "--plain",
-             "--set", f"network.port={port}", "--set", f"run.seed={seed}",
-             "--set", "trainer.total_timesteps=1000000000"],
-            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        actors = subprocess.Popen([sys.executable, "-m", "actors", "--learner", f"tcp://127.0.0.1:{port}"], cwd=REPO,
-                                  env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(seconds)
-        learner.send_signal(signal.SIGINT)
-        out, _ = learner.communicate(timeout=120)
-        actors.wait(timeout=60)
-        done = subprocess.run([sys.executable, "-m", "learner.evaluate", "--run-dir", str(run_dir), "--episodes",
+    with trained_run(config="simple_spread", seed=seed, seconds=seconds, port=port) as run:
+        done = subprocess.run([sys.executable, "-m", "learner.evaluate", "--run-dir", str(run.run_dir), "--episodes",
                                str(NUM_AGENTS * episodes), "--deterministic", "--seed", str(seed)],
                               cwd=REPO, capture_output=True, text=True, timeout=600)
     match = SUMMARY.search(done.stdout)
-    steps = AGENT_STEPS.findall(out)
     agent_mean = float(match.group(1)) if match else None
     return {"bench": "ppo_spread", "policy": "ppo", "seed": seed, "train_s": seconds,
-            "agent_steps": int(steps[-1].replace(",", "")) if steps else None,
-            "learner_exit_code": learner.returncode, "episodes": episodes,
+            "agent_steps": run.agent_steps, "learner_exit_code": run.learner_exit_code, "episodes": episodes,
             "agent_return_mean": agent_mean,
             "team_return_mean": round(NUM_AGENTS * agent_mean, 2) if agent_mean is not None else None,
             "evaluate_error": None if match else done.stderr[-500:]}
