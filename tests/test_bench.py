@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.processes import descendants
+from tests.processes import descendants, free_port_triple
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -56,10 +56,31 @@ def test_curve_cost_bench_reports_both_modes_and_their_ratio() -> None:
 
 
 def test_coma_spread_bench_scores_random_scripted_and_coma_team_returns() -> None:
-    records = run_bench("coma_spread.py", "--seeds", "1", "--seconds", "1", "--episodes", "8", "--envs", "4",
-                        "--set", "coma.rollout_length=128", "--set", "coma.hidden_sizes=[16, 16]")
+    records = run_bench("coma_spread.py", "--mode", "serial", "--seeds", "1", "--seconds", "1", "--episodes", "8",
+                        "--envs", "4", "--set", "coma.rollout_length=128", "--set", "coma.hidden_sizes=[16, 16]")
     policies = {r["policy"]: r for r in records}
     assert set(policies) == {"random", "scripted", "coma"}
     assert all(r["episodes"] == 8 and r["team_return_mean"] < 0 for r in records)
     assert policies["scripted"]["team_return_mean"] > policies["random"]["team_return_mean"]
     assert policies["coma"]["transitions"] >= 128
+
+
+def test_coma_spread_pipeline_bench_scores_the_checkpoint_and_plots_the_curve(tmp_path: Path) -> None:
+    before = set(Path("/dev/shm").glob("sluice_*"))
+    plot = tmp_path / "coma.png"
+    records = run_bench("coma_spread.py", "--seeds", "1", "--seconds", "10", "--episodes", "4",
+                        "--port", str(free_port_triple()), "--plot", str(plot), timeout=150)
+    policies = {r["policy"]: r for r in records}
+    assert set(policies) == {"random", "scripted", "coma"}
+    coma = policies["coma"]
+    assert coma["mode"] == "pipeline" and coma["evaluate_error"] is None and coma["learner_exit_code"] in (0, 130)
+    assert coma["episodes"] == 4 and coma["team_return_mean"] < 0 and coma["agent_steps"] > 0
+    assert plot.stat().st_size > 0 and plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not descendants(os.getpid())
+    assert set(Path("/dev/shm").glob("sluice_*")) <= before
+
+
+def test_spread_steps_bench_times_the_native_port_and_mpe2() -> None:
+    records = run_bench("spread_steps.py", "--envs", "8", "--seconds", "0.2")
+    assert [r["side"] for r in records] == ["native numba", "mpe2 simple_spread_v3"]
+    assert all(r["env_steps_per_s"] > 0 and r["machine"] for r in records)
