@@ -68,8 +68,9 @@ def test_coma_spread_bench_scores_random_scripted_and_coma_team_returns() -> Non
 def test_coma_spread_pipeline_bench_scores_the_checkpoint_and_plots_the_curve(tmp_path: Path) -> None:
     before = set(Path("/dev/shm").glob("sluice_*"))
     plot = tmp_path / "coma.png"
-    records = run_bench("coma_spread.py", "--seeds", "1", "--seconds", "10", "--episodes", "4",
-                        "--port", str(free_port_triple()), "--plot", str(plot), timeout=150)
+    records = run_bench("coma_spread.py", "--seeds", "1", "--seconds", "20", "--episodes", "4",
+                        "--port", str(free_port_triple()), "--plot", str(plot), "--set", "coma.epochs=1",
+                        timeout=150)
     policies = {r["policy"]: r for r in records}
     assert set(policies) == {"random", "scripted", "coma"}
     coma = policies["coma"]
