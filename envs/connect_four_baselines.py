@@ -1,12 +1,15 @@
 """Fixed Connect Four opponents for ``envs/connect_four.py``, for a batch of agents at once.
 
-Both take what a policy sees (observation planes ``[n, 2, 6, 7]`` from the mover's point of view: plane 0 its
+Each takes what a policy sees (observation planes ``[n, 2, 6, 7]`` from the mover's point of view: plane 0 its
 own stones, plane 1 the opponent's, any nonzero value is a stone; action masks ``[n, 7]``, 1 = legal) and
-return one column per agent as ``int32[n]``, so either can stand in for a policy wherever one acts:
+return one column per agent as ``int32[n]``, so any of them can stand in for a policy wherever one acts:
 
 * ``random_legal_moves(masks, rng)``: uniformly random among the legal columns;
 * ``one_ply_moves(obs, masks, rng)``: a winning column if there is one, else a column that blocks the
   opponent's immediate win, else uniformly random legal (ties broken uniformly at random at every level).
+* ``negamax_moves(obs, masks, rng, depth=N)``: uniformly random among the columns a depth-N negamax search
+  for forced wins and losses scores best (``envs/connect_four_negamax.py``; a faster win and a later loss
+  score higher, so depth 1 wins now and depth 2 also blocks); ``negamax_best_moves`` gives that set.
 
 A row whose mask allows nothing is treated as unmasked (all 7 columns), as the learner treats masks.
 """
@@ -17,6 +20,7 @@ import numpy as np
 from numba import njit
 
 from envs.connect_four import COLS, ROWS, wins_through
+from envs.connect_four_negamax import best_columns_kernel, check_depth
 from envs.errors import EnvConfigError
 
 
@@ -28,6 +32,18 @@ def _keys(masks: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.n
     legal = masks != 0
     legal[~legal.any(axis=1)] = True
     return legal, rng.random(masks.shape)
+
+
+def _checked(obs: np.ndarray, masks: np.ndarray, rng: np.random.Generator,
+             caller: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Validated observations [n, 2, 6, 7] with ``_keys``'s legal columns and tie-break keys for them."""
+    obs = np.asarray(obs)
+    if obs.ndim != 4 or obs.shape[1:] != (2, ROWS, COLS):
+        raise EnvConfigError(f"Connect Four observations must have shape [n, 2, {ROWS}, {COLS}], got {obs.shape}")
+    legal, keys = _keys(masks, rng)
+    if len(obs) != len(legal):
+        raise EnvConfigError(f"{caller}: {len(obs)} observations but {len(legal)} masks")
+    return obs, legal, keys
 
 
 def random_legal_moves(masks: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -70,12 +86,34 @@ def one_ply_moves(obs: np.ndarray, masks: np.ndarray, rng: np.random.Generator) 
 
     ``obs``: [n, 2, 6, 7] planes from the mover's point of view (row 0 at the top); ``masks``: [n, 7].
     """
-    obs = np.asarray(obs)
-    if obs.ndim != 4 or obs.shape[1:] != (2, ROWS, COLS):
-        raise EnvConfigError(f"Connect Four observations must have shape [n, 2, {ROWS}, {COLS}], got {obs.shape}")
-    legal, keys = _keys(masks, rng)
-    if len(obs) != len(legal):
-        raise EnvConfigError(f"one_ply_moves: {len(obs)} observations but {len(legal)} masks")
+    obs, legal, keys = _checked(obs, masks, rng, "one_ply_moves")
     out = np.empty(len(obs), dtype=np.int32)
     _one_ply_kernel(np.ascontiguousarray(obs), legal, keys, out)
     return out
+
+
+def _best_columns(obs: np.ndarray, legal: np.ndarray, depth: int) -> np.ndarray:
+    """The kernel's best-column mask for validated observations, legal columns and depth."""
+    grids = np.where(obs[:, 0] != 0, 1, np.where(obs[:, 1] != 0, 2, 0)).astype(np.int8)
+    best = np.zeros(legal.shape, dtype=bool)
+    best_columns_kernel(grids, legal, depth, best)
+    return best
+
+
+def negamax_best_moves(obs: np.ndarray, masks: np.ndarray, *, depth: int) -> np.ndarray:
+    """bool [n, 7]: the legal columns a ``depth``-ply negamax search for forced wins and losses scores best.
+
+    Scores as in ``envs/connect_four_negamax.py`` (+ forced win, - forced loss, 0 otherwise; a faster win and
+    a later loss score higher); ``obs``: [n, 2, 6, 7] planes from the mover's point of view; ``masks``: [n, 7].
+    """
+    depth = check_depth(depth)
+    obs, legal, _ = _checked(obs, masks, np.random.default_rng(0), "negamax_best_moves")
+    return _best_columns(obs, legal, depth)
+
+
+def negamax_moves(obs: np.ndarray, masks: np.ndarray, rng: np.random.Generator, *, depth: int) -> np.ndarray:
+    """One column per row, uniformly random among ``negamax_best_moves(obs, masks, depth=depth)``, as int32[n]."""
+    depth = check_depth(depth)
+    obs, legal, keys = _checked(obs, masks, rng, "negamax_moves")
+    best = _best_columns(obs, legal, depth)
+    return np.where(best, keys, -1.0).argmax(axis=1).astype(np.int32)

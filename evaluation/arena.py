@@ -1,6 +1,8 @@
 """Head-to-head games between two players on a vectorised two-player turn-based env, in-process and batched.
 
-Used by ``evaluation/elo.py`` to rate self-play snapshots against each other and against fixed baselines.
+Used by ``evaluation/elo.py`` to rate self-play snapshots against each other and against fixed baselines. The fixed
+Connect Four players (``envs/connect_four_baselines.py``): ``RandomPlayer``, ``OnePlyPlayer`` and
+``NegamaxPlayer`` (depth-limited search for forced wins and losses).
 
 Env contract (what ``play_match`` relies on; ``envs/connect_four.py`` implements it, and any VecEnv
 that follows it works too): ``num_agents == 2``, env ``e`` has slots ``2e`` (seat 0, in Connect Four the
@@ -16,7 +18,7 @@ counts its first games up to its share of ``episodes`` whatever their length (no
 an env past its share keeps stepping with cheap filler moves until the others finish.
 
 Players draw from their own generators; ``play_match`` reseeds every player that has a ``reseed(seed)``
-method (all three here do) from its ``seed``, so a match is reproducible on its own, whatever ran before.
+method (all four here do) from its ``seed``, so a match is reproducible on its own, whatever ran before.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ import numpy as np
 import torch
 
 from envs.base import EnvSpec, StepBuffers, VecEnv
-from envs.connect_four_baselines import one_ply_moves, random_legal_moves
+from envs.connect_four_baselines import negamax_moves, one_ply_moves, random_legal_moves
+from envs.connect_four_negamax import check_depth
 from envs.registry import make_vec_env
 from actors.inference import Inference
 from configs.env_config import EnvConfig
@@ -80,6 +83,24 @@ class OnePlyPlayer:
     def act(self, obs: np.ndarray, masks: np.ndarray) -> np.ndarray:
         """One-ply moves for Connect Four observations [n, 2, 6, 7]."""
         return one_ply_moves(obs, masks, self.rng)
+
+
+class NegamaxPlayer:
+    """Connect Four's depth-limited negamax baseline: random among the moves a ``depth``-ply search for forced
+    wins and losses scores best (the ``negamax-<depth>`` baselines)."""
+
+    def __init__(self, name: str = "negamax", *, depth: int, seed: int = 0) -> None:
+        self.name = name
+        self.depth = check_depth(depth)
+        self.rng = np.random.default_rng(seed)
+
+    def reseed(self, seed: int) -> None:
+        """Restart the tie-break generator from ``seed``."""
+        self.rng = np.random.default_rng(seed)
+
+    def act(self, obs: np.ndarray, masks: np.ndarray) -> np.ndarray:
+        """Negamax moves for Connect Four observations [n, 2, 6, 7]."""
+        return negamax_moves(obs, masks, self.rng, depth=self.depth)
 
 
 class PolicyPlayer:
