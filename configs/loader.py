@@ -16,6 +16,7 @@ from typing import Any, Mapping, Sequence
 
 import yaml
 
+from configs.baselines import BASELINE_ENVS, BASELINE_FORMS, baseline_strength
 from configs.schema import CHOICES, SECTIONS, RunConfig
 
 CONFIG_DIR = Path(__file__).resolve().parent
@@ -52,6 +53,8 @@ _BOUNDS: dict[str, tuple[float | None, bool, float | None, bool]] = {
     "trainer.ref_update_interval": (1, True, None, False),
     "trainer.vf_warmup": (0, True, None, False),
     "trainer.max_policy_lag": (0, True, None, False),
+    "trainer.target_kl": (0.0, False, None, False),
+    "trainer.entropy_floor": (0.0, False, None, False),
     "env.num_agents": (1, True, None, False),
     "selfplay.opponent_pool_size": (1, True, None, False),
     "selfplay.opponent_pool_beta": (0.0, False, 1.0, True),
@@ -66,6 +69,7 @@ _BOUNDS: dict[str, tuple[float | None, bool, float | None, bool]] = {
     "run.torch_threads": (1, True, None, False),
     "model.hidden_size": (1, True, None, False),
     "model.num_layers": (1, True, None, False),
+    "model.cnn_channels": (1, True, None, False),
     "network.port": (1, True, 65532, True),
     "network.metrics_port": (0, True, 65535, True),
     "network.heartbeat_interval_s": (0.0, False, None, False),
@@ -84,6 +88,8 @@ _BOUNDS: dict[str, tuple[float | None, bool, float | None, bool]] = {
     "coma.max_grad_norm": (0.0, False, None, False),
     "coma.max_importance_weight": (0.0, False, None, False),
     "coma.entropy_coef": (0.0, True, None, False),
+    "evaluation.interval_updates": (0, True, None, False),
+    "evaluation.games": (2, True, None, False),
 }
 
 
@@ -199,6 +205,7 @@ def config_from_dict(data: Mapping[str, Any], *, source: str = "config") -> RunC
     config = RunConfig(**sections)
     _check_selfplay(config, source)
     _check_coma(config, source)
+    _check_evaluation(config, source)
     return config
 
 
@@ -228,6 +235,28 @@ def _check_coma(config: RunConfig, source: str) -> None:
     if config.model.core != "mlp":
         raise ConfigError(f"{source}: trainer.algorithm coma runs feed-forward actors (coma.hidden_sizes); model.core "
                           f"must be mlp, got {config.model.core!r}")
+
+
+def _check_evaluation(config: RunConfig, source: str) -> None:
+    """Evaluation during training plays pool snapshots (self-play) against the baselines of a two-player env."""
+    section = config.evaluation
+    if section.games % 2:
+        raise ConfigError(f"{source}: evaluation.games must be even (each seat played equally often), "
+                          f"got {section.games}")
+    for name in section.baselines:
+        if baseline_strength(name) is None:
+            raise ConfigError(f"{source}: evaluation.baselines: unknown baseline {name!r}; allowed: {BASELINE_FORMS}")
+    if len(set(section.baselines)) != len(section.baselines):
+        raise ConfigError(f"{source}: evaluation.baselines names a baseline twice: {section.baselines}")
+    if section.interval_updates == 0:
+        return
+    if config.env.name not in BASELINE_ENVS:
+        raise ConfigError(f"{source}: evaluation.interval_updates > 0 needs a two-player env with baselines; "
+                          f"env.name {config.env.name!r} has none (allowed: {', '.join(BASELINE_ENVS)}), "
+                          f"or set evaluation.interval_updates: 0")
+    if not config.selfplay.enabled:
+        raise ConfigError(f"{source}: evaluation.interval_updates > 0 evaluates the opponent pool's snapshots: "
+                          f"selfplay.enabled must be true (or set evaluation.interval_updates: 0)")
 
 
 def config_to_dict(config: RunConfig) -> dict[str, Any]:

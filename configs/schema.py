@@ -15,6 +15,7 @@ SCHEDULES = ("constant", "cosine", "linear", "logarithmic")
 OPTIMIZERS = ("adam", "adamw")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
 MODEL_CORES = ("mlp", "lstm")
+MODEL_ENCODERS = ("auto", "mlp", "cnn", "tokens")
 ALGORITHMS = ("ppo", "coma")
 COMA_DEFAULT_ACTIONS = ("zero", "mean", "sampled")
 
@@ -121,6 +122,15 @@ class TrainerSection:
     """First updates that optimise only the value loss (plus the KL penalty if on)."""
     zero_initial_vf: bool = False
     """Initialise the value head's weights and bias to zero."""
+    target_kl: float | None = None
+    """KL early stopping (CleanRL): once the mean approx_kl of the current epoch's minibatches exceeds this, the
+    update's remaining minibatches and epochs are skipped (null = off)."""
+    norm_value_targets: bool = False
+    """The value head predicts returns normalised by their running mean and std (kept in checkpoints); the value
+    loss, clipping included, is computed in that space (learner/value_normalization.py)."""
+    entropy_floor: float | None = None
+    """Adaptive entropy: below this mean entropy the next update's ent_coef is raised (x1.5, at most 10x the
+    scheduled value), above it relaxed back toward the schedule (null = off; learner/entropy_control.py)."""
     compile: bool = False
     """torch.compile the learner's policy forward and loss."""
     compile_mode: str = "default"
@@ -143,6 +153,17 @@ class ModelSection:
     """Policy core: mlp (feed-forward) or lstm (an LSTM after the torso, trained by BPTT over rows)."""
     shared_torso: bool = False
     """One torso for both heads (true) or a separate critic torso (false: value targets cannot swamp the policy)."""
+    encoder: str = "auto"
+    """Observation encoder before the torso: auto (tokens for an env spec with a token layout, cnn for one that
+    declares an image layout, EnvSpec.image_layout, with H, W >= 3, else mlp), mlp (flatten), cnn (3x3 convolutions) or tokens (embedded sparse entries,
+    masked mean pooling)."""
+    cnn_channels: list[int] = field(default_factory=lambda: [16, 16])
+    """Output channels of the cnn encoder's 3x3 conv layers (ReLU); a linear layer to hidden_size follows (16, 16:
+    a gridworld update costs about 1.6x the mlp's on 2 CPU cores, 32, 32 about 4x; ops/bench/learner_update.py)."""
+    obs_norm: bool = False
+    """Running observation normalisation: clip((obs - mean) / std, -5, 5) per feature (mlp) or channel (cnn), the
+    statistics updated by the learner from each update's rows, carried with the weights and the checkpoint, frozen
+    at evaluation (policies/obs_normalization.py); not for the tokens encoder."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -203,6 +224,20 @@ class SelfPlaySection:
 
 
 @dataclass(frozen=True, kw_only=True)
+class EvaluationSection:
+    """Evaluation during training: pool snapshots against fixed baselines, the best one kept (two-player envs)."""
+
+    interval_updates: int = 0
+    """Evaluate the first pool snapshot at least this many updates after the last evaluated one; 0 = off."""
+    games: int = 100
+    """Games per baseline and evaluation (even: each seat played equally often)."""
+    baselines: list[str] = field(default_factory=lambda: ["one_ply", "negamax-2"])
+    """Baselines played: random, one_ply, negamax-<depth>; the best snapshot has the highest mean score over them."""
+    greedy: bool = False
+    """Snapshots take their most probable legal action (true) or sample as in training (false)."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class ComaSection:
     """COMA for cooperative continuous control (seeds/004; names and default values follow the seed)."""
 
@@ -260,6 +295,8 @@ class RunConfig:
     """Self-play against the opponent pool."""
     coma: ComaSection = field(default_factory=ComaSection)
     """COMA settings (used when trainer.algorithm is coma)."""
+    evaluation: EvaluationSection = field(default_factory=EvaluationSection)
+    """Evaluation of pool snapshots against baselines during training."""
 
 
 SECTIONS: dict[str, type] = {
@@ -270,6 +307,7 @@ SECTIONS: dict[str, type] = {
     "network": NetworkSection,
     "selfplay": SelfPlaySection,
     "coma": ComaSection,
+    "evaluation": EvaluationSection,
 }
 
 CHOICES: dict[str, tuple[str, ...]] = {
@@ -281,6 +319,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "trainer.optimizer": OPTIMIZERS,
     "trainer.compile_mode": COMPILE_MODES,
     "model.core": MODEL_CORES,
+    "model.encoder": MODEL_ENCODERS,
     "trainer.algorithm": ALGORITHMS,
     "coma.default_action": COMA_DEFAULT_ACTIONS,
 }

@@ -20,6 +20,52 @@ from envs.spaces import ActionSpace
 from envs.errors import EnvConfigError
 
 
+TOKEN_COLUMNS = 3
+"""Columns of one token row: location, feature id, value."""
+
+IMAGE_LAYOUTS = ("", "chw", "hwc")
+"""Values of ``EnvSpec.image_layout``: not an image or grid, channels first [C, H, W], channels last [H, W, C]."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TokenLayout:
+    """How an env's observation is a padded list of sparse entries: obs [L, 3] rows of (location, feature id, value)."""
+
+    num_locations: int
+    """Distinct locations (a real row's location is in [0, num_locations))."""
+    num_features: int
+    """Distinct feature ids (a real row's feature id is in [0, num_features))."""
+    pad_value: int
+    """Location that marks a padding row (outside [0, num_locations)); a padding row's other columns are ignored."""
+
+    def __post_init__(self) -> None:
+        for name in ("num_locations", "num_features", "pad_value"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise EnvConfigError(f"TokenLayout.{name} must be an int, got {value!r}")
+        if self.num_locations < 1 or self.num_features < 1:
+            raise EnvConfigError(f"TokenLayout.num_locations and num_features must be >= 1, got "
+                                 f"{self.num_locations} and {self.num_features}")
+        if 0 <= self.pad_value < self.num_locations:
+            raise EnvConfigError(f"TokenLayout.pad_value {self.pad_value} is a real location; it must be outside "
+                                 f"[0, {self.num_locations}) (e.g. {self.num_locations} or 255)")
+
+    def check_obs(self, obs_shape: tuple[int, ...], obs_dtype: str) -> None:
+        """EnvConfigError unless observations of this shape and dtype can hold the layout's rows."""
+        if len(obs_shape) != 2 or obs_shape[1] != TOKEN_COLUMNS or obs_shape[0] < 1:
+            raise EnvConfigError(f"token observations must have shape [L, {TOKEN_COLUMNS}] (rows of location, "
+                                 f"feature id, value; L >= 1), got obs_shape {obs_shape}")
+        dtype = np.dtype(obs_dtype)
+        if dtype.kind not in "iu":
+            raise EnvConfigError(f"token observations must have an integer obs_dtype, got {obs_dtype!r}")
+        info = np.iinfo(dtype)
+        largest = max(self.num_locations, self.num_features) - 1
+        if not info.min <= self.pad_value <= info.max or largest > info.max:
+            raise EnvConfigError(f"obs_dtype {obs_dtype!r} holds [{info.min}, {info.max}]: too narrow for "
+                                 f"pad_value {self.pad_value}, num_locations {self.num_locations} and "
+                                 f"num_features {self.num_features}")
+
+
 @dataclass(frozen=True, kw_only=True)
 class EnvSpec:
     """What an env declares up front; carried unchanged through actors, wire and learner."""
@@ -38,8 +84,23 @@ class EnvSpec:
     """Names of extra per-episode statistics the env reports at episode end (beyond return and length)."""
     state_size: int = 0
     """Length of the env's global state (float32) that it writes for centralised critics (0: it has none)."""
+    tokens: TokenLayout | None = None
+    """Observations are a padded list of (location, feature id, value) rows in this layout (None: they are not)."""
+    image_layout: str = ""
+    """Observations are an image or grid laid out chw ([C, H, W]) or hwc ([H, W, C]); "": they are not."""
 
     def __post_init__(self) -> None:
+        if self.image_layout not in IMAGE_LAYOUTS:
+            raise EnvConfigError(f"EnvSpec.image_layout must be one of 'chw', 'hwc' or '' (not an image), "
+                                 f"got {self.image_layout!r}")
+        if self.image_layout and len(self.obs_shape) != 3:
+            raise EnvConfigError(f"EnvSpec.image_layout {self.image_layout!r} needs a rank-3 obs_shape, "
+                                 f"got {self.obs_shape}")
+        if self.tokens is not None:
+            if not isinstance(self.tokens, TokenLayout):
+                raise EnvConfigError(f"EnvSpec.tokens must be an envs.base.TokenLayout or None, got "
+                                     f"{type(self.tokens).__name__}")
+            self.tokens.check_obs(self.obs_shape, self.obs_dtype)
         if isinstance(self.state_size, bool) or not isinstance(self.state_size, int) or self.state_size < 0:
             raise EnvConfigError(f"EnvSpec.state_size must be an int >= 0 (0: no global state), "
                                  f"got {self.state_size!r}")

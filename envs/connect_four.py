@@ -208,7 +208,7 @@ class ConnectFourVec:
     """``num_envs`` Connect Four games; slot ``2e`` moves first in env ``e``, slot ``2e + 1`` second."""
 
     SPEC = EnvSpec(num_agents=2, obs_shape=(2, ROWS, COLS), obs_dtype="uint8", action=ActionSpace.discrete(COLS),
-                   action_mask=True, episode_stats=EPISODE_STATS)
+                   action_mask=True, episode_stats=EPISODE_STATS, image_layout="chw")
 
     def __init__(self, num_envs: int, *, max_steps: int = 0) -> None:
         """``max_steps``: moves after which a game is truncated; ``<= 0`` or ``>= 42`` means no limit."""

@@ -311,7 +311,7 @@ class GridworldVec:
     def spec_for(num_agents: int, obs_height: int, obs_width: int) -> EnvSpec:
         """The spec of a gridworld with this agent count and observation window."""
         return EnvSpec(num_agents=num_agents, obs_shape=(NUM_CHANNELS, obs_height, obs_width),
-                       obs_dtype="uint8", action=ActionSpace.discrete(NUM_ACTIONS))
+                       obs_dtype="uint8", action=ActionSpace.discrete(NUM_ACTIONS), image_layout="chw")
 
     def _map_args(self) -> tuple:
         s = self.settings

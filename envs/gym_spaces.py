@@ -2,7 +2,9 @@
 
 What maps onto what (one agent's spaces):
 
-* observation ``Box`` (any shape, any dtype) -> ``obs_shape``/``obs_dtype`` unchanged (uint8 stays uint8);
+* observation ``Box`` (any shape, any dtype) -> ``obs_shape``/``obs_dtype`` unchanged (uint8 stays uint8); a rank-3
+  Box is declared an image (``EnvSpec.image_layout``, see ``image_layout_of``): ``hwc`` when its last axis is <= 4
+  (Gymnasium's [H, W, C] convention, e.g. Atari's [210, 160, 3]), else ``chw`` when its first axis is <= 4;
 * observation ``Dict{"observation": Box, "action_mask": Box | MultiBinary}`` (the PettingZoo classic
   convention) -> the ``observation`` Box as above plus ``spec.action_mask=True``; the mask must hold
   ``sum(nvec)`` flags (one block of ``nvec[i]`` per component) and any nonzero flag is written as 1 (legal);
@@ -70,6 +72,19 @@ def _observation_parts(label: str, space: spaces.Space) -> tuple[spaces.Box, spa
     raise _unsupported(label, "observation", space)
 
 
+IMAGE_CHANNELS_MAX = 4
+"""Most channels an axis of a rank-3 Box may have to be read as its channel axis (RGB, RGBA, a few stacked frames)."""
+
+
+def image_layout_of(obs_shape: tuple[int, ...]) -> str:
+    """``EnvSpec.image_layout`` of a Box observation: hwc (last axis <= 4), else chw (first axis <= 4), else ""."""
+    if len(obs_shape) != 3:
+        return ""
+    if obs_shape[-1] <= IMAGE_CHANNELS_MAX:
+        return "hwc"
+    return "chw" if obs_shape[0] <= IMAGE_CHANNELS_MAX else ""
+
+
 def spec_from_spaces(label: str, observation_space: spaces.Space, action_space: spaces.Space, *,
                      num_agents: int = 1) -> EnvSpec:
     """The EnvSpec of an env whose agents have these spaces; ValueError naming ``label`` if unsupported."""
@@ -83,8 +98,9 @@ def spec_from_spaces(label: str, observation_space: spaces.Space, action_space: 
             raise _unsupported(label, "observation", observation_space,
                                f"its action_mask has shape {tuple(mask.shape)} but the action space "
                                f"{action_space!r} needs ({action.num_logits},) flags (sum(nvec))")
-    return EnvSpec(num_agents=num_agents, obs_shape=tuple(int(d) for d in obs.shape),
-                   obs_dtype=np.dtype(obs.dtype).name, action=action, action_mask=mask is not None)
+    obs_shape = tuple(int(d) for d in obs.shape)
+    return EnvSpec(num_agents=num_agents, obs_shape=obs_shape, obs_dtype=np.dtype(obs.dtype).name, action=action,
+                   action_mask=mask is not None, image_layout=image_layout_of(obs_shape))
 
 
 class SpaceConverter:

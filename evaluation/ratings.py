@@ -100,8 +100,8 @@ def fit_ratings(players: list[str], wins: np.ndarray, draws: np.ndarray | None =
     score = win_table + 0.5 * draw_table + 0.5 * prior_draws * met  # score[i, j]: i's points against j
     theta = _newton(score, score + score.T)
     elo = theta * ELO_PER_NAT
-    offset = anchor_rating - (elo[players.index(anchor)] if anchor is not None else elo.mean())
-    return {name: float(value + offset) for name, value in zip(players, elo)}
+    centre = elo[players.index(anchor)] if anchor is not None else elo.mean()
+    return {name: float(anchor_rating + (value - centre)) for name, value in zip(players, elo)}  # anchor: exact
 
 
 def _newton(score: np.ndarray, total: np.ndarray) -> np.ndarray:

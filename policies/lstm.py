@@ -1,4 +1,4 @@
-"""The recurrent actor-critic: MLP torso -> LSTM cell -> actor and critic heads, trained by BPTT over rows.
+"""The recurrent actor-critic: encoder -> MLP torso -> LSTM cell -> actor and critic heads, trained by BPTT over rows.
 
 The recurrent state of one agent is ``[h, c]`` concatenated (``state_size = 2 * hidden_size`` floats), so it
 travels as one float32 array through the actor host, the assembler and the wire. Two entry points share the
@@ -15,11 +15,12 @@ from torch import nn
 from configs.schema import ModelSection
 from envs.base import EnvSpec
 from policies.distributions import ActionDistribution, ActionHead
-from policies.layers import ObsInput, layer, torso, torso_width
+from policies.encoders import make_encoder
+from policies.layers import layer, torso, torso_width
 
 
 class LSTMPolicy(nn.Module):
-    """Observation -> tanh MLP torso -> ``nn.LSTMCell`` -> (action params, value).
+    """Observation -> encoder (``policies.encoders``) -> tanh MLP torso -> ``nn.LSTMCell`` -> (action params, value).
 
     One torso feeds the cell and both heads read the cell's output ``h`` (``model.shared_torso`` does not
     apply: the critic needs the memory too). Weights are orthogonal (heads with gains 0.01 and 1 like
@@ -29,9 +30,9 @@ class LSTMPolicy(nn.Module):
     def __init__(self, spec: EnvSpec, model: ModelSection) -> None:
         super().__init__()
         self.hidden_size = model.hidden_size
-        self.inputs = ObsInput(spec)
-        self.torso = torso(self.inputs.obs_size, model)
-        self.cell = nn.LSTMCell(torso_width(self.inputs.obs_size, model), model.hidden_size)
+        self.encoder = make_encoder(spec, model)
+        self.torso = torso(self.encoder.out_features, model)
+        self.cell = nn.LSTMCell(torso_width(self.encoder.out_features, model), model.hidden_size)
         for name, param in self.cell.named_parameters():
             if name.startswith("weight"):
                 nn.init.orthogonal_(param, 1.0)
@@ -55,7 +56,7 @@ class LSTMPolicy(nn.Module):
 
         No reset happens here: the caller zeroes the state of agents whose episode just began.
         """
-        h, c = self.cell(self.torso(self.inputs(obs)), self.split_state(state))
+        h, c = self.cell(self.torso(self.encoder(obs)), self.split_state(state))
         return self.actor(h), self.critic(h).squeeze(-1), torch.cat([h, c], dim=-1)
 
     def forward_rows(self, obs: torch.Tensor, dones: torch.Tensor,
@@ -65,7 +66,7 @@ class LSTMPolicy(nn.Module):
         The torso runs on all S * T steps at once; the cell loops over T, zeroing the state before step t
         where ``dones[:, t]`` is nonzero (an episode began there), so no gradient crosses an episode start.
         """
-        features = self.torso(self.inputs(obs))
+        features = self.torso(self.encoder(obs))
         h, c = self.split_state(state0)
         starts = (dones != 0).unsqueeze(-1)
         outputs = []

@@ -1,7 +1,8 @@
 """The MLP actor-critic used for vector observations (CartPole, Gymnasium Box envs).
 
 Importable without any learner part: actor hosts run exactly this module for inference. Its building blocks
-(``ObsInput``, ``layer``, ``torso``) are in ``policies.layers``; ``policies.factory`` chooses the policy.
+(``layer``, ``torso``) are in ``policies.layers``, its observation encoder comes from ``policies.encoders``;
+``policies.factory`` chooses the policy.
 """
 
 from __future__ import annotations
@@ -12,19 +13,20 @@ from torch import nn
 from configs.schema import ModelSection
 from envs.base import EnvSpec
 from policies.distributions import ActionDistribution, ActionHead
-from policies.layers import ObsInput, layer, torso, torso_width
+from policies.encoders import make_encoder
+from policies.layers import layer, torso, torso_width
 
 
 class MLPPolicy(nn.Module):
-    """Actor-critic: observation -> (action params, value); one torso or one per head (model.shared_torso).
+    """Actor-critic: observation -> encoder -> (action params, value); one torso or one per head (model.shared_torso).
 
     "params" are what ``self.distribution`` reads: logits for the discrete kinds, mean and log-std for box.
     """
 
     def __init__(self, spec: EnvSpec, model: ModelSection) -> None:
         super().__init__()
-        self.inputs = ObsInput(spec)
-        size = self.inputs.obs_size
+        self.encoder = make_encoder(spec, model)
+        size = self.encoder.out_features
         self.torso = torso(size, model)
         self.critic_torso = None if model.shared_torso else torso(size, model)
         self.actor = ActionHead(spec.action, torso_width(size, model))
@@ -47,7 +49,7 @@ class MLPPolicy(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """obs [..., *obs_shape] in its env dtype -> action params [..., P], value [...]."""
-        flat = self.inputs(obs)
-        hidden = self.torso(flat)
-        critic_hidden = hidden if self.critic_torso is None else self.critic_torso(flat)
+        features = self.encoder(obs)
+        hidden = self.torso(features)
+        critic_hidden = hidden if self.critic_torso is None else self.critic_torso(features)
         return self.actor(hidden), self.critic(critic_hidden).squeeze(-1)

@@ -103,9 +103,9 @@ def test_parse_override():
 def test_unknown_section_names_allowed_sections(tmp_path):
     msg = config_error("trainr.gamma=0.9")
     assert "unknown section 'trainr'" in msg and "did you mean 'trainer'" in msg
-    assert "allowed: coma, env, model, network, run, selfplay, trainer" in msg
+    assert "allowed: coma, env, evaluation, model, network, run, selfplay, trainer" in msg
     msg = config_error(path=write(tmp_path, "bogus:\n  a: 1\n"))
-    assert "unknown section 'bogus'" in msg and "allowed: coma, env, model, network, run, selfplay, trainer" in msg
+    assert "unknown section 'bogus'" in msg and "allowed: coma, env, evaluation, model, network, run, selfplay, trainer" in msg
 
 
 def test_unknown_key_names_key_hint_and_allowed(tmp_path):
@@ -114,7 +114,7 @@ def test_unknown_key_names_key_hint_and_allowed(tmp_path):
     assert "allowed:" in msg and "batch_size" in msg and "gae_lambda" in msg
     msg = config_error(path=write(tmp_path, "model:\n  hiden_size: 3\n"))
     assert "unknown key 'model.hiden_size'" in msg and "did you mean 'hidden_size'" in msg
-    assert "allowed: core, hidden_size, num_layers, shared_torso" in msg
+    assert "allowed: cnn_channels, core, encoder, hidden_size, num_layers, obs_norm, shared_torso" in msg
     assert str(tmp_path / "run.yaml") in msg  # the source file is named
 
 

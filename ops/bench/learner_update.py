@@ -2,8 +2,10 @@
 
 Builds a batch the shape a config implies (random observations, behaviour log-probs from the policy
 itself), then times ``ppo_update`` with and without ``torch.compile``. Prints one JSON object per
-variant. Usage: .venv/bin/python ops/bench/learner_update.py [--config configs/cartpole.yaml]
-[--device cpu|cuda] [--updates 20] [--set trainer.key=value ...]
+variant. ``--encoder mlp --encoder cnn`` (or ``--encoder all``) times each observation encoder in turn
+(model.encoder; ``all``: every one the env can take). Usage: .venv/bin/python ops/bench/learner_update.py
+[--config configs/cartpole.yaml] [--device cpu|cuda] [--updates 20] [--encoder auto|mlp|cnn|tokens|all ...]
+[--set trainer.key=value ...]
 """
 
 from __future__ import annotations
@@ -14,13 +16,14 @@ import os
 import platform
 import statistics
 import time
+from dataclasses import replace
 
 import numpy as np
 import torch
 
 from envs.registry import env_spec
 from envs.base import EnvSpec
-from configs.loader import load_config
+from configs.loader import ConfigError, load_config
 from configs.plan import make_plan
 from envs.rows import row_layout
 from learner.batch import BatchBuffers, RowBatch, to_batch
@@ -28,6 +31,7 @@ from learner.losses import minibatch_losses
 from learner.ppo import ppo_update
 from learner.ppo_algorithm import make_optimizer
 from learner.schedules import schedule_for
+from policies.encoders import encoder_kind
 from policies.factory import make_policy
 
 
@@ -81,6 +85,7 @@ def time_updates(config, device: torch.device, updates: int, compiled: bool) -> 
             times.append(time.perf_counter() - start)
     median = statistics.median(times)
     return {"benchmark": "learner_update", "compile": compiled, "device": str(device),
+            "encoder": encoder_kind(spec, config.model), "parameters": sum(p.numel() for p in policy.parameters()),
             "segments": plan.segments, "horizon": trainer.bptt_horizon,
             "gradient_steps": plan.gradient_updates_per_batch,
             "first_update_s": round(first_s, 2), "update_s_median": round(median, 4), "update_s_min": round(min(times), 4),
@@ -97,13 +102,35 @@ def main() -> None:
     parser.add_argument("--updates", type=int, default=20)
     parser.add_argument("--set", action="append", default=[], dest="overrides")
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile variant")
+    parser.add_argument("--encoder", action="append", default=[], dest="encoders",
+                        help="model.encoder to time (repeatable; 'all': every encoder the env can take; "
+                             "default: the config's)")
     args = parser.parse_args()
     config = load_config(args.config, args.overrides)
     torch.set_num_threads(config.run.torch_threads)
     device = torch.device(args.device)
     variants = [False] if args.no_compile else [False, True]
-    for compiled in variants:
-        print(json.dumps(time_updates(config, device, args.updates, compiled)), flush=True)
+    for encoder in encoders_to_time(config, args.encoders):
+        encoded = replace(config, model=replace(config.model, encoder=encoder))
+        for compiled in variants:
+            print(json.dumps(time_updates(encoded, device, args.updates, compiled)), flush=True)
+
+
+def encoders_to_time(config, asked: list[str]) -> list[str]:
+    """The model.encoder values to time: as asked, 'all' expanded to every encoder this env can take."""
+    if not asked:
+        return [config.model.encoder]
+    if "all" not in asked:
+        return asked
+    spec = env_spec(config.env)
+    usable = []
+    for encoder in ("mlp", "cnn", "tokens"):
+        try:
+            encoder_kind(spec, replace(config.model, encoder=encoder))
+        except ConfigError:
+            continue
+        usable.append(encoder)
+    return usable
 
 
 if __name__ == "__main__":
