@@ -18,25 +18,28 @@ from configs.schema import TrainerSection
 from learner.advantage import compute_advantages
 from learner.batch import RowBatch, minibatch_rows
 from learner.losses import Minibatch, minibatch_losses
+from learner.reducer import SINGLE_PROCESS, Reducer
 from learner.schedules import UpdateSchedule
+from learner.value_normalization import RunningMeanStd
 
 LossFn = Callable[..., dict[str, torch.Tensor]]
 
 INFERENCE_CHUNK_ROWS = 1024
 
 
-def sampling_probs(advantages: torch.Tensor, prio_alpha: float) -> torch.Tensor:
+def sampling_probs(advantages: torch.Tensor, prio_alpha: float, reducer: Reducer = SINGLE_PROCESS) -> torch.Tensor:
     """Row sampling probabilities of seeds/000: (|A| summed over time) ** alpha, normalised with its 1e-6.
 
     prio_alpha 0 is exactly uniform. When every advantage is 0 the seed's formula would give every row
-    probability 1 (and IS weights of segments ** -beta); that degenerate case is uniform instead.
+    probability 1 (and IS weights of segments ** -beta); that degenerate case is uniform instead. With K ranks
+    (``reducer``) each holds its rows' probabilities over the whole batch: the total and the row count are global.
     """
     segments = advantages.shape[0]
-    uniform = torch.full((segments,), 1.0 / segments, device=advantages.device)
+    uniform = torch.full((segments,), 1.0 / (segments * reducer.world_size), device=advantages.device)
     if prio_alpha == 0.0:
         return uniform
     prio_weights = advantages.abs().sum(dim=1) ** prio_alpha
-    total = prio_weights.sum()
+    total = reducer.sum(prio_weights.sum())
     probs = (prio_weights + 1e-6) / (total + 1e-6)
     return torch.where(total > 0, probs, uniform)
 
@@ -56,27 +59,42 @@ def current_logprobs(policy: nn.Module, obs: torch.Tensor, actions: torch.Tensor
 
 def ppo_update(policy: nn.Module, optimizer: torch.optim.Optimizer, batch: RowBatch, *,
                trainer: TrainerSection, plan: BatchPlan, schedule: UpdateSchedule, generator: torch.Generator,
-               reference: nn.Module | None = None, loss_fn: LossFn = minibatch_losses) -> dict[str, float]:
+               reference: nn.Module | None = None, loss_fn: LossFn = minibatch_losses,
+               value_normalizer: RunningMeanStd | None = None,
+               reducer: Reducer = SINGLE_PROCESS) -> dict[str, float]:
     """Advantages, prioritized minibatches, clipped losses, gradient steps; returns the update's metrics.
 
     ``reference`` is the KL-penalty policy (used when schedule.kl_coef > 0); ``loss_fn`` may be a compiled
-    ``minibatch_losses``. Loss statistics stay on the device until the end: one host sync per optimizer
-    step (to skip a non-finite gradient) and one batch of syncs per update.
+    ``minibatch_losses``; ``value_normalizer`` (norm_value_targets) holds the running return statistics the value
+    head predicts in (learner/value_normalization.py; updated here); ``reducer`` makes it one rank's share of a
+    data-parallel update (learner/distributed.py; ``plan`` is then the rank's plan, configs/rank_plan.py). Loss
+    statistics stay on the device until the end: one host sync per optimizer step (to skip a non-finite gradient;
+    with target_kl, one more to test the KL) and one batch of syncs per update.
     """
     horizon = batch.dones.shape[1] - 1
     rows = minibatch_rows(batch, horizon)
     old_values = rows["old_values"]
     device = old_values.device
+    values, bootstrap = batch.values, batch.bootstrap
+    if value_normalizer is not None:  # the actors' values are normalised; GAE needs them in the returns' units
+        values = value_normalizer.denormalize(values)
+        bootstrap = torch.where(bootstrap != 0, value_normalizer.denormalize(bootstrap), bootstrap)
+        old_values = value_normalizer.denormalize(old_values)
 
     logprobs = current_logprobs(policy, rows["obs"], rows["actions"], rows["action_masks"], rows["dones"],
                                 rows["states"])
     ratios = torch.exp(logprobs - rows["old_logprobs"])
-    rewards = batch.rewards + trainer.gamma * batch.bootstrap
-    advantages = compute_advantages(batch.values, rewards, batch.dones, ratios, gamma=trainer.gamma,
+    rewards = batch.rewards + trainer.gamma * bootstrap
+    advantages = compute_advantages(values, rewards, batch.dones, ratios, gamma=trainer.gamma,
                                     gae_lambda=trainer.gae_lambda, rho_clip=trainer.vtrace_rho_clip,
                                     c_clip=trainer.vtrace_c_clip).to(device)
     returns = advantages + old_values
-    probs = sampling_probs(advantages, trainer.prio_alpha)
+    value_targets = returns
+    if value_normalizer is not None:  # the value loss compares normalised predictions with normalised targets
+        value_normalizer.update(reducer.gather(returns))
+        value_targets = value_normalizer.normalize(returns)
+        rows = {**rows, "old_values": value_normalizer.normalize(old_values)}
+    probs = sampling_probs(advantages, trainer.prio_alpha, reducer)
     coefs = torch.tensor([schedule.clip_coef, trainer.vf_clip_coef, schedule.ent_coef, trainer.vf_coef,
                           schedule.kl_coef], dtype=torch.float32, device=device)
     use_reference = reference if schedule.kl_coef > 0 else None
@@ -87,21 +105,29 @@ def ppo_update(policy: nn.Module, optimizer: torch.optim.Optimizer, batch: RowBa
     terms: list[dict[str, torch.Tensor]] = []
     sampled_weights: list[torch.Tensor] = []
     grad_norms: list[torch.Tensor] = []
-    steps = skipped = 0
+    steps = skipped = minibatch_steps = 0
+    early_stopped = False
     optimizer.zero_grad(set_to_none=True)
     for _epoch in range(trainer.update_epochs):
+        epoch_start = len(terms)
         for minibatch in range(plan.num_minibatches):
             idx = torch.multinomial(probs, plan.minibatch_segments, replacement=False, generator=generator)
-            is_weights = (plan.segments * probs[idx]) ** (-schedule.anneal_beta)
-            mb = Minibatch(**{name: tensor[idx] for name, tensor in rows.items()}, advantages=advantages[idx],
-                           returns=returns[idx], is_weights=is_weights)
-            out = loss_fn(policy, use_reference, mb, coefs, norm_adv=trainer.norm_adv,
+            is_weights = (plan.segments * reducer.world_size * probs[idx]) ** (-schedule.anneal_beta)
+            mb_advantages, norm_adv = advantages[idx], trainer.norm_adv
+            if norm_adv and reducer.world_size > 1:  # normalised over the whole minibatch, all ranks' rows
+                gathered = reducer.gather(mb_advantages)
+                mb_advantages, norm_adv = (mb_advantages - gathered.mean()) / (gathered.std() + 1e-8), False
+            mb = Minibatch(**{name: tensor[idx] for name, tensor in rows.items()}, advantages=mb_advantages,
+                           returns=value_targets[idx], is_weights=is_weights)
+            out = loss_fn(policy, use_reference, mb, coefs, norm_adv=norm_adv,
                           clip_vloss=trainer.clip_vloss, vf_warmup=schedule.vf_warmup)
             (out["loss"] / accumulation).backward()  # gradients of `accumulation` minibatches are averaged
             terms.append({k: v.detach() for k, v in out.items()})
             sampled_weights.append(is_weights)
+            minibatch_steps += 1
             if (minibatch + 1) % accumulation:
                 continue
+            reducer.average_gradients(policy.parameters())
             grad_norm = nn.utils.clip_grad_norm_(policy.parameters(), trainer.max_grad_norm)
             if torch.isfinite(grad_norm):  # a NaN/inf loss or gradient skips the step, never the weights
                 optimizer.step()
@@ -110,20 +136,32 @@ def ppo_update(policy: nn.Module, optimizer: torch.optim.Optimizer, batch: RowBa
             else:
                 skipped += 1
             optimizer.zero_grad(set_to_none=True)
+            if trainer.target_kl is not None and epoch_kl(terms[epoch_start:], reducer) > trainer.target_kl:
+                early_stopped = True  # CleanRL's KL early stopping: the rest of this update is skipped
+                break
+        if early_stopped:
+            break
 
-    metrics = {k: float(torch.stack([t[k] for t in terms]).mean()) for k in terms[0] if k != "loss"}
-    metrics["total_loss"] = float(torch.stack([t["loss"] for t in terms]).mean())
-    weights = torch.cat(sampled_weights)
+    metrics = {k: float(reducer.average(torch.stack([t[k] for t in terms]).mean())) for k in terms[0] if k != "loss"}
+    metrics["total_loss"] = float(reducer.average(torch.stack([t["loss"] for t in terms]).mean()))
+    weights = reducer.gather(torch.cat(sampled_weights))
     metrics.update(is_weight_mean=float(weights.mean()), is_weight_min=float(weights.min()),
                    is_weight_max=float(weights.max()))
     metrics["grad_norm"] = float(torch.stack(grad_norms).mean()) if grad_norms else float("nan")
-    metrics["explained_variance"] = explained_variance(old_values, returns)
+    metrics["explained_variance"] = explained_variance(reducer.gather(old_values), reducer.gather(returns))
     metrics["gradient_steps"] = float(steps)
     metrics["skipped_steps"] = float(skipped)
+    metrics["minibatch_steps"] = float(minibatch_steps)
+    metrics["early_stopped"] = float(early_stopped)
     metrics.update(schedule.as_metrics())
-    metrics["advantage_mean"] = float(advantages.mean())
-    metrics["ratio_mean"] = float(ratios.mean())
+    metrics["advantage_mean"] = float(reducer.gather(advantages).mean())
+    metrics["ratio_mean"] = float(reducer.gather(ratios).mean())
     return metrics
+
+
+def epoch_kl(epoch_terms: list[dict[str, torch.Tensor]], reducer: Reducer = SINGLE_PROCESS) -> float:
+    """The running approx_kl of an epoch: the mean over the minibatches it has taken so far (and over the ranks)."""
+    return float(reducer.average(torch.stack([t["approx_kl"] for t in epoch_terms]).mean()))
 
 
 def explained_variance(predicted: torch.Tensor, target: torch.Tensor) -> float:

@@ -2,12 +2,15 @@
 reference policy and its refresh (seeds/003), and value warm-up.
 
 Checkpoint files: the policy as ``model``, the optimizer as ``optimizer`` and, when kl_divergence_coef_rho > 0,
-the reference policy as ``reference`` (learner/checkpoint.py writes ``<name>.safetensors`` for each).
+the reference policy as ``reference`` (learner/checkpoint.py writes ``<name>.safetensors`` for each); with
+norm_value_targets the return statistics as ``value_normalizer``, with entropy_floor the entropy coefficient's
+multiplier as ``entropy_control``.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import torch
 from torch import nn
@@ -18,10 +21,13 @@ from envs.base import EnvSpec
 from learner.algorithm import Algorithm
 from learner.batch import RowBatch
 from learner.checkpoint import LearnedState
+from learner.entropy_control import EntropyControl
 from learner.losses import minibatch_losses
 from learner.ppo import ppo_update
 from learner.schedules import schedule_for
+from learner.value_normalization import RunningMeanStd
 from policies.factory import make_policy
+from policies.obs_normalization import update_obs_normalizer
 
 
 def make_optimizer(policy: nn.Module, trainer: TrainerSection) -> torch.optim.Optimizer:
@@ -63,15 +69,27 @@ class PPO(Algorithm):
                         else minibatch_losses)
         self.generator = torch.Generator(device=device)
         self.generator.manual_seed(minibatch_seed)
+        self.value_normalizer = RunningMeanStd().to(device) if trainer.norm_value_targets else None
+        self.entropy_control = (EntropyControl(trainer.entropy_floor) if trainer.entropy_floor is not None
+                                else None)
 
     def update(self, batch: RowBatch, *, update_index: int) -> dict[str, float]:
         """One PPO update under the schedules of update ``update_index`` (value warm-up among them), then the
-        reference refresh when one is due."""
+        reference refresh when one is due and, with entropy_floor, the entropy coefficient's adaptation."""
         schedule = schedule_for(self.trainer, update_index, self.plan.total_epochs)
+        scheduled_ent_coef = schedule.ent_coef
+        if self.entropy_control is not None:
+            schedule = dataclasses.replace(schedule, ent_coef=self.entropy_control.coefficient(scheduled_ent_coef))
+        update_obs_normalizer(self.policy, batch.obs[:, :-1])  # model.obs_norm: the steps the forward passes read
         metrics = ppo_update(self.policy, self.optimizer, batch, trainer=self.trainer, plan=self.plan,
                              schedule=schedule, generator=self.generator, reference=self.reference,
-                             loss_fn=self.loss_fn)
+                             loss_fn=self.loss_fn, value_normalizer=self.value_normalizer)
         self._refresh_reference(updates_done=update_index + 1)
+        if self.entropy_control is not None:
+            metrics["ent_coef_scheduled"] = scheduled_ent_coef
+            metrics["ent_coef_multiplier"] = float(self.entropy_control.multiplier)
+            if not schedule.vf_warmup:
+                self.entropy_control.adapt(metrics["entropy"])
         return metrics
 
     def _refresh_reference(self, *, updates_done: int) -> None:
@@ -81,16 +99,25 @@ class PPO(Algorithm):
             self.reference.load_state_dict(self.policy.state_dict())
 
     def state_dict(self) -> LearnedState:
-        """The policy, the optimizer and, when there is one, the reference policy."""
+        """The policy, the optimizer and, when there are, the reference policy, the return statistics and the
+        entropy coefficient's multiplier."""
         modules = {"model": self.policy.state_dict()}
-        if self.reference is not None:
-            modules["reference"] = self.reference.state_dict()
+        for name, module in self._extra_modules().items():
+            modules[name] = module.state_dict()
         return LearnedState(modules=modules, optimizers={"optimizer": self.optimizer.state_dict()})
 
     def load_state_dict(self, state: LearnedState) -> None:
-        """Weights and optimizer state from a checkpoint, and the reference policy where one was saved (where
-        none was, the reference stays the copy of the initial policy made at construction)."""
+        """Weights and optimizer state from a checkpoint, and the reference policy, return statistics and entropy
+        multiplier where they were saved (where not, each stays as made at construction: the reference a copy of the
+        initial policy, the statistics empty, the multiplier 1)."""
         self.policy.load_state_dict(state.modules["model"])
         self.optimizer.load_state_dict(state.optimizers["optimizer"])
-        if self.reference is not None and "reference" in state.modules:
-            self.reference.load_state_dict(state.modules["reference"])
+        for name, module in self._extra_modules().items():
+            if name in state.modules:
+                module.load_state_dict(state.modules[name])
+
+    def _extra_modules(self) -> dict[str, nn.Module]:
+        """The checkpointed modules besides the policy, by file name: those this run's options use."""
+        named = {"reference": self.reference, "value_normalizer": self.value_normalizer,
+                 "entropy_control": self.entropy_control}
+        return {name: module for name, module in named.items() if module is not None}

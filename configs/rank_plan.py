@@ -1,0 +1,62 @@
+"""The batch plan of one data-parallel learner rank (issue 15): each of K ranks holds segments / K rows of the batch
+and draws minibatch_segments / K of them per minibatch, so the K ranks' minibatches together are the plan's.
+
+Pure arithmetic on top of ``configs.plan.make_plan`` (which stays the whole run's plan, unchanged for K = 1). The
+seeds/000 constraints must hold per rank; a violation raises ``configs.plan.PlanError`` with the numbers. Given
+``make_plan``'s ``segments % minibatch_segments == 0``, the two checks here (segments and minibatch_segments divisible
+by K) are all it takes: the per-rank ``segments / K % (minibatch_segments / K)`` then holds, which is the issue's
+``segments % (K * per-rank minibatch_segments)``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from configs.plan import BatchPlan, PlanError, make_plan
+from configs.schema import TrainerSection
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankPlan:
+    """The whole run's plan and one rank's share of it."""
+
+    world_size: int
+    """Learner ranks K (torchrun's WORLD_SIZE)."""
+    run: BatchPlan
+    """The plan of the whole batch, as one learner process would run it."""
+    rank: BatchPlan
+    """The plan one rank's update runs: ``run`` with segments / K rows and minibatch_segments / K rows per
+    minibatch (same number of minibatches, so every rank takes the same optimizer steps)."""
+
+    def as_dict(self) -> dict[str, int]:
+        """The per-rank quantities ``--plan`` shows next to the run's."""
+        return {"world_size": self.world_size, "rank_segments": self.rank.segments,
+                "rank_minibatch_segments": self.rank.minibatch_segments,
+                "num_minibatches": self.rank.num_minibatches}
+
+
+def make_rank_plan(trainer: TrainerSection, *, num_agents: int, world_size: int,
+                   num_workers: int | None = None) -> RankPlan:
+    """The run's plan (``make_plan``) and the share of one of ``world_size`` ranks; PlanError with the numbers when
+    the batch or its minibatches do not split evenly over the ranks."""
+    if world_size < 1:
+        raise PlanError(f"the learner world size (ranks) must be >= 1, got {world_size}")
+    run = make_plan(trainer, num_agents=num_agents, num_workers=num_workers)
+    _check_rank_constraints(run, world_size=world_size)
+    rank = dataclasses.replace(run, segments=run.segments // world_size,
+                               minibatch_segments=run.minibatch_segments // world_size)
+    return RankPlan(world_size=world_size, run=run, rank=rank)
+
+
+def _check_rank_constraints(run: BatchPlan, *, world_size: int) -> None:
+    segments, minibatch = run.segments, run.minibatch_segments
+    if segments % world_size != 0:
+        raise PlanError(
+            f"segments ({segments}) must be divisible by the learner ranks ({world_size}) so every rank holds "
+            f"the same share: remainder {segments % world_size}; change trainer.batch_size or the rank count")
+    if minibatch % world_size != 0:
+        raise PlanError(
+            f"minibatch_segments ({minibatch}) must be divisible by the learner ranks ({world_size}) so every "
+            f"rank draws the same share of a minibatch: remainder {minibatch % world_size}; change "
+            f"trainer.minibatch_size or the rank count")
