@@ -1,7 +1,9 @@
 """Elo ratings of a self-play run's pool snapshots: ``python -m evaluation.elo --run-dir runs/X`` (seeds/002, issue 6).
 
-Plays the run's pool snapshots (``<run-dir>/pool/``) against each other and against two fixed baselines,
-``random`` (uniformly random legal moves) and ``one_ply`` (win now, else block, else random), with
+Plays the run's pool snapshots (``<run-dir>/pool/``) against each other and against fixed baselines (by
+default ``random``: uniformly random legal moves, ``one_ply``: win now, else block, else random, and
+``negamax-2``, ``negamax-4``: random among the best moves of a 2- / 4-ply search for forced wins and losses;
+``--baselines random,one_ply,negamax-<depth>,...`` picks others, ``random`` always among them), with
 ``evaluation.arena.play_match`` (seats alternating, batched, in-process), then fits Bradley-Terry ratings by
 maximum likelihood (``evaluation.ratings.fit_ratings``: order-independent, draws count half) on the Elo scale,
 ANCHORED so that ``random`` is exactly 1000.
@@ -9,7 +11,8 @@ ANCHORED so that ``random`` is exactly 1000.
 Pairings (each played ``--episodes`` times):
 
 * ``sequential`` (default): every snapshot against each of the ``--window-size`` snapshots before it, every
-  snapshot against both baselines, and ``random`` against ``one_ply``;
+  snapshot against every baseline, and the baselines in a chain from weakest to strongest (``random`` vs
+  ``one_ply``, ``one_ply`` vs ``negamax-2``, ``negamax-2`` vs ``negamax-4``), so the fit stays connected;
 * ``round-robin``: every pair of players (snapshots and baselines).
 
 A long pool is thinned evenly to at most ``--max-snapshots`` (first and newest always kept); the output says
@@ -39,16 +42,20 @@ import numpy as np
 import torch
 
 from envs.registry import env_spec
+from configs.baselines import BASELINE_ENVS, BASELINE_FORMS, NEGAMAX_PREFIX, baseline_strength
 from configs.schema import RunConfig
-from evaluation.arena import MatchOutcome, OnePlyPlayer, Player, PolicyPlayer, RandomPlayer, play_match
+from evaluation.best_snapshot import BEST_DIR, read_best
+from evaluation.arena import (MatchOutcome, NegamaxPlayer, OnePlyPlayer, Player, PolicyPlayer, RandomPlayer,
+                              play_match)
 from learner.run_dir import RunDirError, read_run_config
 from learner.pool import INDEX_NAME, Snapshot, SnapshotStore, SnapshotStoreError
 from evaluation.ratings import MatchResults, fit_ratings, plot_elo_over_snapshots, plot_win_rate_heatmap, write_tables
 
 PROG = "python -m evaluation.elo"
-TWO_PLAYER_ENVS = ("connect_four",)
+TWO_PLAYER_ENVS = BASELINE_ENVS
 """Env names the arena can rate (two-player turn-based, with the baselines available)."""
-BASELINES = ("random", "one_ply")
+DEFAULT_BASELINES = ("random", "one_ply", "negamax-2", "negamax-4")
+"""Baselines rated when ``--baselines`` is not given, weakest first."""
 ANCHOR, ANCHOR_RATING = "random", 1000.0
 MODES = ("sequential", "round-robin")
 
@@ -69,12 +76,12 @@ class Pairing:
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     """The command-line interface."""
     parser = argparse.ArgumentParser(
-        prog=prog, description="Rate a self-play run's pool snapshots and the random / one_ply baselines "
-        "(Bradley-Terry maximum likelihood on the Elo scale, random = 1000).")
+        prog=prog, description="Rate a self-play run's pool snapshots and fixed baselines (random, one_ply, "
+        "negamax-<depth>; Bradley-Terry maximum likelihood on the Elo scale, random = 1000).")
     parser.add_argument("--run-dir", type=Path, required=True, help="run directory (holds config.yaml and pool/)")
     parser.add_argument("--tournament-mode", choices=MODES, default="sequential",
-                        help="sequential (default): each snapshot vs the previous --window-size ones and both "
-                             "baselines; round-robin: every pair of players")
+                        help="sequential (default): each snapshot vs the previous --window-size ones and every "
+                             "baseline; round-robin: every pair of players")
     parser.add_argument("--window-size", type=int, default=5,
                         help="previous snapshots each snapshot plays in sequential mode (default 5)")
     parser.add_argument("--episodes", type=int, default=200, help="games per pairing, seats alternating (default 200)")
@@ -85,6 +92,9 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     parser.add_argument("--greedy", action="store_true",
                         help="snapshots take their most probable legal action instead of sampling as in training")
     parser.add_argument("--seed", type=int, default=0, help="seed of the pairings' games (default 0)")
+    parser.add_argument("--baselines", default=",".join(DEFAULT_BASELINES),
+                        help=f"comma-separated baselines to rate, random required (the anchor); names: "
+                             f"{BASELINE_FORMS} (default {','.join(DEFAULT_BASELINES)})")
     return parser
 
 
@@ -105,16 +115,17 @@ def main(argv: Sequence[str] | None = None, *, prog: str = PROG) -> int:
 def run(args: argparse.Namespace) -> dict:
     """Everything ``main`` does, raising ``EloError`` for bad input; returns the elo.json document."""
     _check_args(args)
-    config = _load_run_config(args.run_dir)
-    store = _open_pool(args.run_dir)
+    baselines = parse_baselines(args.baselines)
+    config = load_run_config(args.run_dir)
+    store = open_pool(args.run_dir)
     torch.set_num_threads(config.run.torch_threads)
     kept = thin_indices(len(store), args.max_snapshots)
     snapshots = [store.snapshot(i) for i in kept]
     names = [snapshot_name(s) for s in snapshots]
     print(f"pool: {len(store)} snapshots; kept {len(kept)} (pool indices {', '.join(map(str, kept))})")
-    players = _make_players(config, store, snapshots, names, greedy=args.greedy, seed=args.seed)
-    order = [*names, *BASELINES]
-    pairs = pairings(names, args.tournament_mode, args.window_size)
+    players = _make_players(config, store, snapshots, names, baselines, greedy=args.greedy, seed=args.seed)
+    order = [*names, *baselines]
+    pairs = pairings(names, args.tournament_mode, args.window_size, baselines)
     wins = np.zeros((len(order), len(order)))
     draws = np.zeros_like(wins)
     played: list[Pairing] = []
@@ -133,9 +144,14 @@ def run(args: argparse.Namespace) -> dict:
     results = MatchResults(players=tuple(order), wins=wins, draws=draws)
     ratings = fit_ratings(order, wins, draws, anchor=ANCHOR, anchor_rating=ANCHOR_RATING)
     out_dir = args.output_dir if args.output_dir is not None else args.run_dir / "elo"
-    doc = _write_outputs(out_dir, args, ratings, results, snapshots, names, played, pool_size=len(store))
+    doc = _write_outputs(out_dir, args, ratings, results, snapshots, names, played, baselines,
+                         pool_size=len(store))
     print(format_table(ratings, results, snapshots, names))
     print(f"ratings anchored at {ANCHOR} = {ANCHOR_RATING:.0f}; wrote {', '.join(doc['files'])} to {out_dir}")
+    best = read_best(args.run_dir)
+    if best is not None:
+        print(f"best snapshot kept during training: update {best['update']} (mean score {best['mean_score']:.3f} "
+              f"against {', '.join(best['scores'])}), weights in {args.run_dir / BEST_DIR / best['weights']}")
     return doc
 
 
@@ -148,7 +164,32 @@ def _check_args(args: argparse.Namespace) -> None:
         raise EloError(f"--max-snapshots must be >= 1, got {args.max_snapshots}")
 
 
-def _load_run_config(run_dir: Path) -> RunConfig:
+def parse_baselines(text: str) -> tuple[str, ...]:
+    """``--baselines``'s comma list as baseline names, weakest first (random, one_ply, negamax by depth)."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    strength: dict[str, int] = {}
+    for name in names:
+        rank = baseline_strength(name)
+        if rank is None:
+            raise EloError(f"--baselines: unknown baseline {name!r}; allowed: {BASELINE_FORMS}")
+        strength[name] = rank
+    if len(strength) != len(names):
+        raise EloError(f"--baselines names a baseline twice: {text!r}")
+    if ANCHOR not in strength:
+        raise EloError(f"--baselines must include {ANCHOR!r} (the anchor, rated {ANCHOR_RATING:.0f}), got {text!r}")
+    return tuple(sorted(names, key=strength.__getitem__))
+
+
+def baseline_player(name: str, *, seed: int) -> Player:
+    """The player behind a baseline name from ``parse_baselines``."""
+    if name == "random":
+        return RandomPlayer(name, seed=seed)
+    if name == "one_ply":
+        return OnePlyPlayer(name, seed=seed)
+    return NegamaxPlayer(name, depth=int(name[len(NEGAMAX_PREFIX):]), seed=seed)
+
+
+def load_run_config(run_dir: Path) -> RunConfig:
     try:
         config = read_run_config(run_dir)
     except RunDirError as err:
@@ -164,7 +205,7 @@ def _load_run_config(run_dir: Path) -> RunConfig:
     return config
 
 
-def _open_pool(run_dir: Path) -> SnapshotStore:
+def open_pool(run_dir: Path) -> SnapshotStore:
     root = run_dir / "pool"
     if not (root / INDEX_NAME).is_file():
         raise EloError(f"no snapshot pool in {run_dir}: {root / INDEX_NAME} does not exist "
@@ -192,17 +233,19 @@ def snapshot_name(snapshot: Snapshot) -> str:
     return f"s{snapshot.index}-u{snapshot.update}"
 
 
-def pairings(snapshots: list[str], mode: str, window_size: int) -> list[tuple[str, str]]:
-    """(a, b) pairs to play; see the module docstring. Snapshots are in pool order, oldest first."""
-    players = [*snapshots, *BASELINES]
+def pairings(snapshots: list[str], mode: str, window_size: int,
+             baselines: Sequence[str] = DEFAULT_BASELINES) -> list[tuple[str, str]]:
+    """(a, b) pairs to play; see the module docstring. Snapshots are in pool order, oldest first; baselines
+    weakest first."""
+    players = [*snapshots, *baselines]
     if mode == "round-robin":
         return [(players[i], players[j]) for i in range(len(players)) for j in range(i + 1, len(players))]
     if mode != "sequential":
         raise ValueError(f"unknown tournament mode {mode!r}; allowed: {', '.join(MODES)}")
     pairs = [(snapshots[k], snapshots[k - w]) for k in range(len(snapshots)) for w in range(1, window_size + 1)
              if k - w >= 0]
-    pairs += [(name, baseline) for name in snapshots for baseline in BASELINES]
-    return [*pairs, BASELINES]
+    pairs += [(name, baseline) for name in snapshots for baseline in baselines]
+    return pairs + list(zip(baselines[:-1], baselines[1:]))
 
 
 def pairing_seed(seed: int, a: str, b: str) -> int:
@@ -211,11 +254,10 @@ def pairing_seed(seed: int, a: str, b: str) -> int:
     return int(np.random.SeedSequence(entropy).generate_state(1)[0])
 
 
-def _make_players(config: RunConfig, store: SnapshotStore, snapshots: list[Snapshot], names: list[str], *,
-                  greedy: bool, seed: int) -> dict[str, Player]:
+def _make_players(config: RunConfig, store: SnapshotStore, snapshots: list[Snapshot], names: list[str],
+                  baselines: Sequence[str], *, greedy: bool, seed: int) -> dict[str, Player]:
     spec = env_spec(config.env)
-    players: dict[str, Player] = {"random": RandomPlayer("random", seed=seed),
-                                  "one_ply": OnePlyPlayer("one_ply", seed=seed)}
+    players: dict[str, Player] = {name: baseline_player(name, seed=seed) for name in baselines}
     for snapshot, name in zip(snapshots, names):
         try:
             arrays = store.load(snapshot.index)
@@ -230,11 +272,12 @@ def _make_players(config: RunConfig, store: SnapshotStore, snapshots: list[Snaps
 
 
 def _write_outputs(out_dir: Path, args: argparse.Namespace, ratings: dict[str, float], results: MatchResults,
-                   snapshots: list[Snapshot], names: list[str], played: list[Pairing], *, pool_size: int) -> dict:
+                   snapshots: list[Snapshot], names: list[str], played: list[Pairing], baselines: Sequence[str], *,
+                   pool_size: int) -> dict:
     json_path, csv_path = write_tables(ratings, results, out_dir)
     doc = json.loads(json_path.read_text())
     doc["anchor"] = {"player": ANCHOR, "rating": ANCHOR_RATING}
-    doc["baselines"] = list(BASELINES)
+    doc["baselines"] = list(baselines)
     doc["snapshots"] = [{"name": name, "index": s.index, "update": s.update, "policy_version": s.policy_version,
                          "hash": s.hash, "elo": ratings[name]} for s, name in zip(snapshots, names)]
     doc["pool_size"] = pool_size
@@ -242,10 +285,11 @@ def _write_outputs(out_dir: Path, args: argparse.Namespace, ratings: dict[str, f
                         "wins_b": p.outcome.wins_b, "a_first": p.outcome.a_first} for p in played]
     doc["settings"] = {"run_dir": str(args.run_dir), "tournament_mode": args.tournament_mode,
                        "window_size": args.window_size, "episodes": args.episodes,
-                       "max_snapshots": args.max_snapshots, "greedy": args.greedy, "seed": args.seed}
+                       "max_snapshots": args.max_snapshots, "greedy": args.greedy, "seed": args.seed,
+                       "baselines": ",".join(baselines)}
     files = [json_path.name, csv_path.name]
     plot = plot_elo_over_snapshots(ratings, names, out_dir / "elo_over_snapshots.png",
-                                   baselines={name: ratings[name] for name in BASELINES})
+                                   baselines={name: ratings[name] for name in baselines})
     files.append(plot.name)
     if args.output_heatmap:
         files.append(plot_win_rate_heatmap(list(results.players), results.win_rate(),

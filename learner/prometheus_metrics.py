@@ -22,6 +22,7 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 from prometheus_client.registry import Collector
 
 from learner.control import ControlCounts
+from learner.health import ValueHealth
 from learner.ingest import IngestTotals
 from telemetry.buckets import MESSAGE_BYTES
 from telemetry.bulk_histogram import BulkHistogram
@@ -159,9 +160,21 @@ class LearnerMetrics:
                                                                      "which the run stops.")
         self.last_update = gauge("sluice_last_update_timestamp_seconds", "Unix time of the last update (the "
                                                                          "learner's start before the first).")
+        self.value_low_streak = gauge("sluice_value_low_explained_variance_updates", "Consecutive updates with the "
+                                      "value head's explained variance low while episode returns vary "
+                                      "(learner/health.py).")
+        self.value_stalled = gauge("sluice_value_stalled", "1 while the value-health warning is in force (explained "
+                                                           "variance low for many updates, not recovered), else 0.")
+        self.value_health_warnings = Counter("sluice_value_health_warnings", "Value-health warnings logged (each a "
+                                             "stall of the value head that began).", registry=registry)
         self.outcomes = Gauge("sluice_selfplay_outcome_ratio", "Self-play: share of the last 100 episodes won, "
                                                                "drawn and lost against the pool.", ["outcome"],
                               registry=registry)
+        self.eval_score = Gauge("sluice_eval_score", "Evaluation during training: the newest evaluated snapshot's "
+                                "score against a baseline, (wins + draws / 2) / games.", ["baseline"],
+                                registry=registry)
+        self.eval_best_update = gauge("sluice_eval_best_update", "Evaluation during training: the update of the best "
+                                                                 "snapshot so far (kept in <run dir>/best/).")
         self.last_update.set(time.time())
 
     def set_run(self, *, max_policy_lag: int, total_agent_steps: int, policy_version: int) -> None:
@@ -198,6 +211,20 @@ class LearnerMetrics:
         for outcome in ("win", "draw", "loss"):
             _set_finite(self.outcomes.labels(outcome), record.get(f"{outcome}_rate"))
         self.last_update.set(time.time())
+
+    def observe_evaluation(self, figures: Mapping[str, float]) -> None:
+        """An evaluation's figures (learner/evaluation_results.py: ``eval_score_<baseline>``, ``eval_best_update``)."""
+        for key, value in figures.items():
+            if key.startswith("eval_score_"):
+                _set_finite(self.eval_score.labels(key.removeprefix("eval_score_")), value)
+        _set_finite(self.eval_best_update, figures.get("eval_best_update"))
+
+    def observe_value_health(self, health: ValueHealth) -> None:
+        """After each update: the value-health check's state (learner/health.py)."""
+        self.value_low_streak.set(health.low_streak)
+        self.value_stalled.set(float(health.stalled))
+        if health.warning is not None:
+            self.value_health_warnings.inc()
 
 
 def _set_finite(gauge: Gauge, value: float | None) -> None:

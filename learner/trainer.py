@@ -34,6 +34,9 @@ from learner.algorithm import Algorithm
 from learner.batch import to_batch
 from learner.checkpoint import Checkpoint, TrainerState, list_checkpoints, load_checkpoint, save_checkpoint
 from learner.control import ControlCounts, ControlServer
+from learner.evaluation_results import EVALUATION_RESULTS, ResultsTail, evaluation_line, evaluation_metrics
+from learner.evaluator_process import EvaluatorProcess
+from learner.health import ValueHealthMonitor
 from learner.host_sizing import HostSizing
 from learner.ingest import Ingest, IngestSnapshot
 from learner.pool import SnapshotStore
@@ -118,6 +121,11 @@ class Learner:
                                 policy_version=self.state.policy_version)
         self.progress = ProgressLine(total_agent_steps=config.trainer.total_timesteps, mode=progress_mode,
                                      stream=sys.stdout)
+        self.value_health = ValueHealthMonitor()
+        """Warns once when the value head stops explaining returns that vary (learner/health.py)."""
+        self.evaluator = EvaluatorProcess(run_dir, config.evaluation) if config.evaluation.interval_updates else None
+        """The child process evaluating pool snapshots against baselines (None: evaluation.interval_updates 0)."""
+        self.evaluation_results = ResultsTail(run_dir / EVALUATION_RESULTS)
 
     def _last_checkpoint(self) -> Checkpoint | None:
         """The run directory's newest checkpoint (None in a run without one yet)."""
@@ -174,8 +182,12 @@ class Learner:
               f"{'CURVE' if self.curve is not None else 'plaintext'}); run dir {self.run_dir}", flush=True)
         self._announce_metrics(endpoint)
         try:
+            if self.evaluator is not None:
+                self.evaluator.start()
             self._train(control, ingest, publisher)
         finally:
+            if self.evaluator is not None:
+                self.evaluator.stop()
             self.progress.close()  # the last update's line, before what the shutdown says
             self._save()
             self._shutdown_actors(control, publisher)
@@ -329,10 +341,30 @@ class Learner:
         record = metrics_record(state=self.state, sps=lap.steps_per_s, ingest=counted, update_metrics=update_metrics,
                                 hosts=hosts, selfplay=selfplay, update_s=update_s,
                                 clients_refused=self._refused())
+        record.update(self._read_evaluations())
         self.metrics.write(record)
         self.prometheus.observe_update(record=record, update_metrics=update_metrics, update_s=update_s,
                                        samples=self.plan.segments * self.config.trainer.bptt_horizon)
+        health = self.value_health.observe(explained_variance=update_metrics.get("explained_variance"),
+                                           episode_returns=counted.recent_returns)
+        self.prometheus.observe_value_health(health)
+        if health.warning is not None:
+            LOG.warning("%s", health.warning)
         self.progress.update(record)
+
+    def _read_evaluations(self) -> dict[str, float]:
+        """The evaluations the child reported since the last update: a console line and Prometheus gauges each; the
+        newest one's figures for this update's record (none without a new evaluation)."""
+        if self.evaluator is None:
+            return {}
+        if not self.stop.is_set():
+            self.evaluator.check()
+        figures: dict[str, float] = {}
+        for record in self.evaluation_results.read_new():
+            self.progress.event(evaluation_line(record))
+            figures = evaluation_metrics(record)
+            self.prometheus.observe_evaluation(figures)
+        return figures
 
     def _refused(self) -> int:
         """CURVE connection attempts refused so far (0 without CURVE)."""

@@ -16,7 +16,7 @@ from envs.registry import env_spec
 from configs.loader import load_config
 from configs.schema import RunConfig
 from evaluation import elo
-from evaluation.arena import MatchOutcome, OnePlyPlayer, PolicyPlayer, RandomPlayer, play_match
+from evaluation.arena import MatchOutcome, NegamaxPlayer, OnePlyPlayer, PolicyPlayer, RandomPlayer, play_match
 from learner.pool import SnapshotStore
 from learner.run_dir import new_run_dir
 from policies.factory import make_policy, state_arrays
@@ -51,6 +51,18 @@ def test_one_ply_beats_random():
     assert outcome.wins_a > 170, outcome
     reverse = play_match(RandomPlayer(), OnePlyPlayer(), episodes=200, env_config=c4_config().env, seed=1)
     assert reverse.wins_b > 170, reverse
+
+
+def test_negamax_beats_one_ply_and_deeper_beats_shallower():
+    env = c4_config().env
+    versus_one_ply = play_match(NegamaxPlayer("negamax-2", depth=2), OnePlyPlayer(), episodes=200, env_config=env,
+                                seed=2)
+    assert versus_one_ply.score_a > 0.5, versus_one_ply  # same tactics, plus it never lets a win-now through
+    deeper = play_match(NegamaxPlayer("negamax-4", depth=4), NegamaxPlayer("negamax-2", depth=2), episodes=100,
+                        env_config=env, seed=2)
+    assert deeper.score_a > 0.6, deeper
+    with pytest.raises(ValueError, match="negamax depth must be an integer >= 1"):
+        NegamaxPlayer("n", depth=0)
 
 
 def test_random_vs_random_is_even_with_seats_alternating():
@@ -140,25 +152,29 @@ def test_cli_end_to_end(fake_run, tmp_path, capsys):
     ratings = doc["ratings"]
     assert ratings["random"] == 1000.0 and doc["anchor"] == {"player": "random", "rating": 1000.0}
     assert ratings["one_ply"] > ratings["random"] + 200
+    assert ratings["negamax-4"] > ratings["one_ply"] and doc["baselines"] == list(elo.DEFAULT_BASELINES)
     assert [(s["name"], s["index"], s["update"], s["policy_version"]) for s in doc["snapshots"]] == [
         ("s0-u0", 0, 0, 1), ("s1-u10", 1, 10, 11), ("s2-u20", 2, 20, 21)]
-    # sequential, window 1: 2 neighbour pairings + 3 x 2 baseline pairings + random vs one_ply
-    assert len(doc["pairings"]) == 9
+    # sequential, window 1: 2 neighbour pairings + 3 x 4 baseline pairings + the 3 links of the baseline chain
+    assert len(doc["pairings"]) == 17
+    assert [(p["a"], p["b"]) for p in doc["pairings"][-3:]] == [
+        ("random", "one_ply"), ("one_ply", "negamax-2"), ("negamax-2", "negamax-4")]
     assert all(p["wins_a"] + p["draws"] + p["wins_b"] == 60 and p["a_first"] == 30 for p in doc["pairings"])
     assert doc["settings"]["tournament_mode"] == "sequential" and doc["settings"]["episodes"] == 60
     csv_lines = (out / "elo.csv").read_text().splitlines()
-    assert csv_lines[0].startswith("rank,player,elo") and csv_lines[1].split(",")[1] == "one_ply"
+    assert csv_lines[0].startswith("rank,player,elo") and csv_lines[1].split(",")[1].startswith("negamax-")
     assert "kept 3 (pool indices 0, 1, 2)" in captured.out and "one_ply" in captured.out
-    assert "pairing 9/9" in captured.err
+    assert "pairing 17/17" in captured.err
 
 
 def test_cli_round_robin_thinning_and_default_output_dir(tmp_path, capsys):
     run_dir = make_run(tmp_path / "run", 5)
     assert elo.main(["--run-dir", str(run_dir), "--tournament-mode", "round-robin", "--episodes", "10",
-                     "--max-snapshots", "3", "--greedy"]) == 0
+                     "--max-snapshots", "3", "--greedy", "--baselines", "one_ply, random"]) == 0
     doc = json.loads((run_dir / "elo" / "elo.json").read_text())
     assert [s["index"] for s in doc["snapshots"]] == [0, 2, 4]
     assert len(doc["pairings"]) == 10  # 5 players, all pairs
+    assert doc["baselines"] == ["random", "one_ply"] and doc["settings"]["baselines"] == "random,one_ply"
     assert not (run_dir / "elo" / "win_rate_heatmap.png").exists()
     assert "kept 3 (pool indices 0, 2, 4)" in capsys.readouterr().out
 
@@ -167,12 +183,48 @@ def test_pairings_and_thinning():
     names = ["s0", "s1", "s2", "s3"]
     seq = elo.pairings(names, "sequential", 2)
     assert seq[:5] == [("s1", "s0"), ("s2", "s1"), ("s2", "s0"), ("s3", "s2"), ("s3", "s1")]
-    assert len(seq) == 5 + 8 + 1 and seq[-1] == ("random", "one_ply")
-    assert len(elo.pairings(names, "round-robin", 2)) == 15
+    assert len(seq) == 5 + 4 * 4 + 3
+    assert seq[5:9] == [("s0", "random"), ("s0", "one_ply"), ("s0", "negamax-2"), ("s0", "negamax-4")]
+    assert seq[-3:] == [("random", "one_ply"), ("one_ply", "negamax-2"), ("negamax-2", "negamax-4")]
+    assert len(elo.pairings(names, "round-robin", 2)) == 28  # 8 players
+    two = elo.pairings(names, "sequential", 2, ("random", "one_ply"))
+    assert len(two) == 5 + 8 + 1 and two[-1] == ("random", "one_ply")
+    assert len(elo.pairings(names, "round-robin", 2, ("random", "one_ply"))) == 15
+    assert elo.pairings(names, "sequential", 2, ("random",))[-1] == ("s3", "random")  # a chain of one: no link
     assert elo.thin_indices(4, 30) == [0, 1, 2, 3]
     assert elo.thin_indices(100, 5) == [0, 25, 50, 74, 99]
     assert elo.thin_indices(9, 1) == [8]
     assert elo.pairing_seed(0, "a", "b") == elo.pairing_seed(0, "a", "b") != elo.pairing_seed(0, "b", "a")
+
+
+def test_baselines_parsing():
+    assert elo.parse_baselines(",".join(elo.DEFAULT_BASELINES)) == elo.DEFAULT_BASELINES
+    assert elo.parse_baselines(" negamax-10 , random,negamax-1,one_ply") == (
+        "random", "one_ply", "negamax-1", "negamax-10")  # weakest first, whatever the order given
+    assert elo.parse_baselines("random") == ("random",)
+    assert isinstance(elo.baseline_player("negamax-3", seed=0), NegamaxPlayer)
+    assert elo.baseline_player("negamax-3", seed=0).depth == 3
+    assert isinstance(elo.baseline_player("one_ply", seed=0), OnePlyPlayer)
+    assert isinstance(elo.baseline_player("random", seed=0), RandomPlayer)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("random,two_ply", r"--baselines: unknown baseline 'two_ply'; allowed: random, one_ply, negamax-<depth> "
+                       r"\(depth an integer >= 1\)"),
+    ("random,negamax-0", "unknown baseline 'negamax-0'; allowed: "),
+    ("random,negamax-02", "unknown baseline 'negamax-02'; allowed: "),
+    ("random,negamax-x", "unknown baseline 'negamax-x'; allowed: "),
+    ("random,negamax", "unknown baseline 'negamax'; allowed: "),
+    ("one_ply,negamax-2", r"--baselines must include 'random' \(the anchor, rated 1000\)"),
+    ("", "--baselines must include 'random'"),
+    ("random,one_ply,random", "--baselines names a baseline twice"),
+])
+def test_baselines_errors(text, message, fake_run, capsys):
+    with pytest.raises(elo.EloError, match=message):
+        elo.parse_baselines(text)
+    assert elo.main(["--run-dir", str(fake_run), "--baselines", text]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("python -m evaluation.elo: error: --baselines") and len(err.strip().splitlines()) == 1
 
 
 def _empty_pool(run: Path) -> None:

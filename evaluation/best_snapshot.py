@@ -1,0 +1,47 @@
+"""The best snapshot a run's evaluation during training kept: ``<run-dir>/best/`` (evaluation/during_training.py).
+
+``best/`` holds the snapshot's weights as ``<sha256>.safetensors`` (the pool file's bytes; load them like a pool
+snapshot, e.g. ``safetensors.numpy.load_file``) and ``best.json``: update, policy version, the weights file's name,
+the score against each baseline and their mean, games per baseline and the source pool snapshot. Both are written
+atomically (temp file, fsync, rename), the weights first, so ``best.json`` never names a file that is not there;
+older weights files are removed after.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from learner.pool import Snapshot, _atomic_write
+
+BEST_DIR = "best"
+"""The folder of the kept best snapshot, in the run directory."""
+BEST_NAME = "best.json"
+"""The best snapshot's description, in BEST_DIR."""
+
+
+def write_best(best_dir: Path, snapshot: Snapshot, weights: bytes, *, scores: dict[str, float],
+               games: dict[str, int]) -> dict:
+    """Keep ``snapshot`` (its safetensors bytes ``weights``, its score and games per baseline) as the best: the
+    weights file, then best.json (both atomic), then the older weights files go; returns the best.json document."""
+    best_dir.mkdir(parents=True, exist_ok=True)
+    weights_name = f"{snapshot.hash}.safetensors"
+    _atomic_write(best_dir / weights_name, weights)
+    doc = {"update": snapshot.update, "policy_version": snapshot.policy_version, "weights": weights_name,
+           "scores": scores, "mean_score": sum(scores.values()) / len(scores), "games": games,
+           "source": {"pool_index": snapshot.index, "hash": snapshot.hash,
+                      "path": f"pool/weights/{snapshot.hash}.safetensors"}}
+    _atomic_write(best_dir / BEST_NAME, (json.dumps(doc, indent=1) + "\n").encode())
+    for old in best_dir.glob("*.safetensors"):
+        if old.name != weights_name:
+            old.unlink(missing_ok=True)
+    return doc
+
+
+def read_best(run_dir: Path) -> dict | None:
+    """The run's ``best/best.json`` document, None when there is none (or it is unreadable)."""
+    try:
+        doc = json.loads((run_dir / BEST_DIR / BEST_NAME).read_text())
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None

@@ -1,0 +1,278 @@
+"""Evaluation during training (issue 16, parts 4 and 5): the evaluator child process, the best snapshot it keeps,
+the learner's tail of evaluation.jsonl, the evaluation config section, and a real learner + actors run."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from configs.loader import ConfigError, load_config
+from evaluation import during_training
+from evaluation.arena import MatchOutcome
+from evaluation.best_snapshot import BEST_DIR, BEST_NAME, read_best
+from evaluation.during_training import EvaluationSettings, Evaluator, due_snapshots, is_new_best
+from learner.evaluation_results import ResultsTail, evaluation_line, evaluation_metrics
+from learner.pool import Snapshot, SnapshotStore
+from learner.run_dir import read_run_config
+from tests.processes import REPO, Run, alive, descendants, wait_for
+from tests.test_elo import make_run
+
+
+def _settings(**changes) -> EvaluationSettings:
+    values = {"interval_updates": 10, "games": 4, "baselines": ("random", "one_ply"), "greedy": False, "seed": 0}
+    return EvaluationSettings(**{**values, **changes})
+
+
+def _evaluator(run_dir: Path, **changes) -> Evaluator:
+    return Evaluator(run_dir, read_run_config(run_dir), SnapshotStore(run_dir / "pool"), _settings(**changes))
+
+
+def _lines(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "evaluation.jsonl").read_text().splitlines()]
+
+
+def _snapshot(update: int) -> Snapshot:
+    return Snapshot(index=update, hash="0" * 64, update=update, policy_version=update, created=0.0, num_bytes=1)
+
+
+# --- which snapshots are due, and the best-selection rule ----------------------------------------------------
+
+
+def test_due_snapshots_keep_the_interval_from_the_last_evaluated():
+    snapshots = [_snapshot(u) for u in (0, 10, 20, 30, 40, 50, 60, 70)]
+    assert [s.update for s in due_snapshots(snapshots, last_update=0, interval_updates=25)] == [30, 60]
+    assert [s.update for s in due_snapshots(snapshots, last_update=30, interval_updates=10)] == [40, 50, 60, 70]
+    assert [s.update for s in due_snapshots(snapshots, last_update=0, interval_updates=1)] == [10, 20, 30, 40, 50,
+                                                                                              60, 70]
+    assert due_snapshots(snapshots, last_update=70, interval_updates=5) == []
+
+
+def _reference_best(means: list[float]) -> list[int]:
+    """The index of the best so far after each evaluation: the highest mean, the latest among equals."""
+    best = []
+    for k in range(len(means)):
+        top = max(means[: k + 1])
+        best.append(max(i for i in range(k + 1) if means[i] == top))
+    return best
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from([0.0, 0.25, 0.5, 0.75, 1.0]) | st.floats(0, 1), min_size=1, max_size=30))
+def test_best_rule_matches_a_reference_and_never_gets_worse(means):
+    best, best_mean, chosen = None, None, []
+    for k, mean in enumerate(means):
+        if is_new_best(mean, best_mean):
+            best, best_mean = k, mean
+        chosen.append(best)
+    assert chosen == _reference_best(means)
+    kept = [means[k] for k in chosen]
+    assert kept == sorted(kept)  # the kept best never gets worse
+
+
+# --- the evaluator on a synthetic run directory --------------------------------------------------------------
+
+
+@pytest.fixture
+def scripted_run(tmp_path, monkeypatch):
+    """A fake run with 6 snapshots (updates 0..50) whose games are scripted: snapshot k scores SCRIPT[k]."""
+    run_dir = make_run(tmp_path / "run", 6)
+    script = {0: (0, 4), 10: (2, 2), 20: (1, 0), 30: (3, 1), 40: (2, 2), 50: (0, 0)}  # update -> (wins, draws) of 4
+
+    def fake_match(a, b, *, episodes, env_config, seed=0):
+        wins, draws = script[a.inference.version]
+        return MatchOutcome(wins_a=wins, draws=draws, wins_b=episodes - wins - draws, a_first=episodes // 2)
+
+    monkeypatch.setattr(during_training, "play_match", fake_match)
+    monkeypatch.setattr(during_training, "PolicyPlayer", _VersionPlayer)
+    return run_dir
+
+
+class _VersionPlayer:
+    """Stands in for PolicyPlayer: remembers the snapshot's update (its policy_version in make_run is 10k + 1)."""
+
+    def __init__(self, name, spec, model, arrays, *, greedy, seed, version):
+        self.inference = type("I", (), {"version": (version - 1)})()
+
+
+def test_evaluator_writes_lines_and_keeps_the_best(scripted_run):
+    evaluator = _evaluator(scripted_run, interval_updates=10)
+    done = evaluator.evaluate_due()
+    assert [e.snapshot.update for e in done] == [10, 20, 30, 40, 50]
+    lines = _lines(scripted_run)
+    assert [line["update"] for line in lines] == [10, 20, 30, 40, 50]
+    assert [line["policy_version"] for line in lines] == [11, 21, 31, 41, 51]
+    for line in lines:
+        for result in line["baselines"].values():
+            assert result["wins"] + result["draws"] + result["losses"] == result["games"] == 4
+            assert result["score"] == pytest.approx((result["wins"] + result["draws"] / 2) / 4)
+        assert line["mean_score"] == pytest.approx(sum(r["score"] for r in line["baselines"].values()) / 2)
+    # means: u10 0.75, u20 0.25, u30 0.875, u40 0.75, u50 0.0 -> the best is u10, then u30 from there on
+    assert [line["best_update"] for line in lines] == [10, 10, 30, 30, 30]
+    best = read_best(scripted_run)
+    assert best["update"] == 30 and best["mean_score"] == pytest.approx(0.875)
+    assert best["scores"] == {"random": 0.875, "one_ply": 0.875}
+    store = SnapshotStore(scripted_run / "pool")
+    entry = store.snapshot(3)
+    assert best["source"] == {"pool_index": 3, "hash": entry.hash, "path": f"pool/weights/{entry.hash}.safetensors"}
+    assert (scripted_run / BEST_DIR / best["weights"]).read_bytes() == store.read_bytes(entry.hash)
+    assert sorted(p.name for p in (scripted_run / BEST_DIR).iterdir()) == sorted([BEST_NAME, best["weights"]])
+    # a restarted evaluator continues after the last line and keeps the best it finds
+    again = _evaluator(scripted_run, interval_updates=10)
+    assert (again.last_update, again.best_update) == (50, 30) and again.evaluate_due() == []
+
+
+def test_a_tie_moves_the_best_to_the_newer_snapshot(scripted_run):
+    evaluator = _evaluator(scripted_run, interval_updates=10)
+    for index in (1, 4):  # u10 and u40 both score 0.75
+        evaluator.evaluate(evaluator.store.snapshot(index))
+    assert read_best(scripted_run)["update"] == 40
+
+
+def test_best_write_is_atomic(scripted_run, monkeypatch):
+    evaluator = _evaluator(scripted_run, interval_updates=10)
+    evaluator.evaluate(evaluator.store.snapshot(1))
+    before = {p.name: p.read_bytes() for p in (scripted_run / BEST_DIR).iterdir()}
+    real_replace = os.replace
+
+    def crash_on_best_json(src, dst):
+        if str(dst).endswith(BEST_NAME):
+            raise OSError("disk gone")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", crash_on_best_json)
+    with pytest.raises(OSError, match="disk gone"):
+        evaluator.evaluate(evaluator.store.snapshot(3))  # a new best: its weights land, best.json does not
+    best = read_best(scripted_run)
+    assert best["update"] == 10 and (scripted_run / BEST_DIR / best["weights"]).read_bytes() == before[best["weights"]]
+    assert not [p for p in (scripted_run / BEST_DIR).iterdir() if p.name.startswith(".tmp-")]
+
+
+def test_real_games_and_the_cli(tmp_path, capsys):
+    run_dir = make_run(tmp_path / "run", 3)
+    code = during_training.main(["--run-dir", str(run_dir), "--once", "--interval-updates", "10", "--games", "6",
+                                 "--baselines", "random,negamax-1"])
+    assert code == 0, capsys.readouterr().err
+    lines = _lines(run_dir)
+    assert [line["update"] for line in lines] == [10, 20]
+    assert all(r["games"] == 6 for line in lines for r in line["baselines"].values())
+    assert read_best(run_dir)["update"] in (10, 20)
+    for argv, message in ((["--games", "5"], "--games must be even"),
+                          (["--baselines", "random,two_ply"], "--baselines 'random,two_ply'"),
+                          (["--interval-updates", "0"], "--interval-updates must be >= 1")):
+        assert during_training.main(["--run-dir", str(run_dir), "--once", *argv]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("python -m evaluation.during_training: error: ") and message in err
+    assert during_training.main(["--run-dir", str(tmp_path / "nothing"), "--once"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_the_evaluator_exits_when_its_parent_is_gone(tmp_path):
+    run_dir = make_run(tmp_path / "run", 1)
+    parent = (f"import os, subprocess, sys; child = subprocess.Popen([sys.executable, '-m', 'evaluation.during_training', "
+              f"'--run-dir', {str(run_dir)!r}, '--poll-s', '0.2', '--parent-pid', str(os.getpid())]); "
+              f"print(child.pid, flush=True)")
+    done = subprocess.run([sys.executable, "-c", parent], cwd=REPO, capture_output=True, text=True, timeout=30)
+    child = int(done.stdout.split()[0])
+    try:
+        assert wait_for(lambda: not alive(child), 30), "the evaluator outlived its parent"
+    finally:
+        if alive(child):
+            os.kill(child, signal.SIGKILL)
+
+
+# --- the learner's side: tailing evaluation.jsonl ------------------------------------------------------------
+
+
+def test_tail_ignores_a_partial_line_and_resumes(tmp_path):
+    path = tmp_path / "evaluation.jsonl"
+    path.write_text('{"update": 1}\n')
+    tail = ResultsTail(path)  # starts at the end: what was there before is not reported again
+    assert tail.read_new() == []
+    with path.open("a") as file:
+        file.write('{"update": 2}\n{"upda')
+    assert tail.read_new() == [{"update": 2}]
+    assert tail.read_new() == []
+    with path.open("a") as file:
+        file.write('te": 3}\nnot json\n{"update": 4}\n')
+    assert tail.read_new() == [{"update": 3}, {"update": 4}]
+    assert ResultsTail(tmp_path / "missing.jsonl").read_new() == []
+
+
+def test_console_line_and_metrics_of_an_evaluation():
+    record = {"update": 250, "best_update": 250, "baselines": {"one_ply": {"score": 0.83}, "negamax-2": {"score": 0.41}}}
+    assert evaluation_line(record) == "eval upd 250: one_ply 0.83, negamax-2 0.41 (best: upd 250)"
+    assert evaluation_metrics(record) == {"eval_score_one_ply": 0.83, "eval_score_negamax-2": 0.41,
+                                          "eval_best_update": 250}
+
+
+# --- config ---------------------------------------------------------------------------------------------------
+
+
+def test_evaluation_defaults_and_the_connect_four_config():
+    assert load_config(None).evaluation.interval_updates == 0
+    section = load_config("configs/selfplay_connect4.yaml").evaluation
+    assert section.interval_updates > 0 and section.games % 2 == 0 and section.baselines == ["one_ply", "negamax-2"]
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["evaluation.games=7"], "evaluation.games must be even"),
+    (["evaluation.games=0"], "evaluation.games: 0 is out of range; allowed: >= 2"),
+    (["evaluation.interval_updates=-1"], "evaluation.interval_updates: -1 is out of range; allowed: >= 0"),
+    (["evaluation.baselines=[one_ply, two_ply]"],
+     "evaluation.baselines: unknown baseline 'two_ply'; allowed: random, one_ply, negamax-<depth>"),
+    (["evaluation.baselines=[negamax-0]"], "unknown baseline 'negamax-0'"),
+    (["evaluation.baselines=[random, random]"], "evaluation.baselines names a baseline twice"),
+    (["evaluation.baselines=[]"], "evaluation.baselines: expected a non-empty list"),
+    (["evaluation.interval_updates=5"], "env.name 'cartpole' has none (allowed: connect_four)"),
+    (["evaluation.interval_updates=5", "selfplay.enabled=false"], "selfplay.enabled must be true"),
+])
+def test_evaluation_config_errors(overrides, message):
+    path = None if "selfplay.enabled=false" not in overrides else "configs/selfplay_connect4.yaml"
+    with pytest.raises(ConfigError, match="evaluation") as caught:
+        load_config(path, overrides)
+    assert message in str(caught.value)
+
+
+# --- a real learner with actors -------------------------------------------------------------------------------
+
+SMALL = ["--set", "trainer.batch_size=2048", "--set", "trainer.minibatch_size=1024",
+         "--set", "trainer.forward_pass_minibatch_target_size=32", "--set", "trainer.total_timesteps=10000000",
+         "--set", "selfplay.snapshot_interval=2", "--set", "selfplay.alternation_steps=40",
+         "--set", "model.hidden_size=32", "--set", "evaluation.interval_updates=2", "--set", "evaluation.games=10",
+         "--set", "evaluation.baselines=[random, one_ply]"]
+
+
+def test_learner_runs_the_evaluator_and_leaves_nothing_behind(tmp_path):
+    run = Run(tmp_path, *SMALL, config="configs/selfplay_connect4.yaml")
+    try:
+        learner = run.learner()
+        actors = run.actors(2)
+        run.note_workers(actors)
+        assert wait_for(lambda: "eval upd" in run.log("learner.log"), 60), run.log("learner.log")
+        with urllib.request.urlopen(f"http://127.0.0.1:{run.port + 3}/metrics", timeout=10) as reply:
+            exposed = reply.read().decode()
+        assert 'sluice_eval_score{baseline="one_ply"}' in exposed and "sluice_eval_best_update " in exposed
+        evaluator_pids = descendants(learner.pid)
+        assert evaluator_pids, "the evaluator child process is not running"
+        learner.send_signal(signal.SIGTERM)
+        assert learner.wait(timeout=30) == 128 + signal.SIGTERM, run.log("learner.log")
+        assert actors.wait(timeout=30) == 0, run.log("actors.log")
+        run.workers[learner.pid] = evaluator_pids
+        run.assert_clean()
+        lines = _lines(run.run_dir)
+        assert lines and set(lines[0]["baselines"]) == {"random", "one_ply"}
+        assert read_best(run.run_dir)["update"] == max(lines, key=lambda l: (l["mean_score"], l["update"]))["update"]
+        records = [json.loads(line) for line in (run.run_dir / "metrics.jsonl").read_text().splitlines()]
+        assert any("eval_score_one_ply" in r for r in records)
+        assert "exit code" not in run.log("learner.log")  # the evaluator never died while training went on
+    finally:
+        run.close()
