@@ -7,9 +7,10 @@ learner sizes its experience buffer and minibatches from it.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
-from configs.schema import TrainerSection
+from configs.schema import ComaSection, RunConfig, TrainerSection
 
 
 class PlanError(ValueError):
@@ -124,9 +125,35 @@ def _check_constraints(trainer: TrainerSection, *, segments: int, minibatch_segm
             f"epoch ({num_minibatches} = segments {segments} // minibatch_segments {minibatch_segments})")
 
 
-def format_plan(plan: BatchPlan) -> str:
-    """The plan as an aligned two-column table."""
+PPO_ONLY = ("minibatch_segments", "num_minibatches", "gradient_updates_per_batch", "experiences_per_gradient")
+"""Plan quantities that describe PPO's minibatches, which a COMA update does not use."""
+
+
+def coma_gradient_steps(section: ComaSection, transitions: int) -> int:
+    """Gradient steps of one COMA update that adds ``transitions`` joint transitions: coma.epochs passes of
+    ceil(transitions / coma.batch_size) uniform minibatches from the replay buffer."""
+    return section.epochs * math.ceil(transitions / section.batch_size)
+
+
+def plan_rows(plan: BatchPlan, config: RunConfig) -> dict[str, int]:
+    """What ``--plan`` shows: the batch plan, with COMA's update arithmetic in place of PPO's minibatches when
+    trainer.algorithm is coma (a COMA row is one env's steps, so segments counts env rows and batch_size env steps)."""
     rows = plan.as_dict()
+    if config.trainer.algorithm != "coma":
+        return rows
+    section = config.coma
+    rows = {key: value for key, value in rows.items() if key not in PPO_ONLY}
+    steps = coma_gradient_steps(section, config.trainer.batch_size)
+    rows.update(coma_env_steps_per_update=config.trainer.batch_size,
+                coma_gradient_steps_per_update=steps,
+                coma_transitions_per_gradient_step=section.batch_size,
+                coma_replay_capacity=section.buffer_size,
+                coma_replays_per_transition=math.ceil(steps * section.batch_size / config.trainer.batch_size))
+    return rows
+
+
+def format_plan(rows: dict[str, int]) -> str:
+    """The plan's rows (``plan_rows``) as an aligned two-column table."""
     width = max(len(k) for k in rows)
     lines = [f"{'quantity':<{width}}  value", f"{'-' * width}  {'-' * 12}"]
     lines += [f"{key:<{width}}  {value:>12,}" for key, value in rows.items()]

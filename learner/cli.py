@@ -21,7 +21,7 @@ from pathlib import Path
 import yaml
 
 from configs.loader import ConfigError, config_to_dict, load_config, resolve_config_path
-from configs.plan import PlanError, format_plan, make_plan
+from configs.plan import PlanError, format_plan, make_plan, plan_rows
 from envs.errors import EnvConfigError
 from learner.addresses import AddressError, learner_curve
 from learner.progress import resolve_mode
@@ -135,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
             print(yaml.safe_dump(config_to_dict(config), sort_keys=False), end="")
             return 0
         if args.plan:
-            print(json.dumps(plan.as_dict()) if args.json else format_plan(plan))
+            rows = plan_rows(plan, config)
+            print(json.dumps(rows) if args.json else format_plan(rows))
             return 0
         curve = learner_curve(config.network, insecure=args.insecure)
         if args.resume:

@@ -12,11 +12,10 @@ Checkpoint files: ``actors``, ``critic``, ``target_actors``, ``target_critic`` (
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import torch
 
+from configs.plan import coma_gradient_steps
 from configs.schema import ComaSection
 from envs.base import EnvSpec
 from learner.algorithm import Algorithm
@@ -55,7 +54,7 @@ class ComaLearner(Algorithm):
         transitions = transitions_from_rows(batch, self.coma.low, self.coma.high)
         added = len(transitions["state"])
         self.replay.add(transitions)
-        steps = section.epochs * math.ceil(added / section.batch_size)
+        steps = coma_gradient_steps(section, added)
         sums: dict[str, float] = {}
         for _ in range(steps):
             sample = self.replay.sample(section.batch_size, self.rng)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -91,3 +93,18 @@ def test_print_config_shows_the_coma_section():
     assert printed["coma"]["hidden_sizes"] == [32, 32] and printed["coma"]["default_action"] == "zero"
     assert printed["trainer"]["algorithm"] == "ppo"
     assert printed == config_to_dict(load_config(None, ["coma.hidden_sizes=[32, 32]"]))
+
+
+def test_plan_shows_comas_update_not_ppos_minibatches(capsys):
+    from learner.cli import main
+    assert main(["--config", "coma_spread", "--set", "coma.batch_size=128", "--set", "coma.epochs=3", "--plan",
+                 "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert not {"num_minibatches", "gradient_updates_per_batch", "minibatch_segments"} & rows.keys()
+    # 2000 env steps per update in minibatches of 128: ceil(2000 / 128) = 16 per epoch, 3 epochs.
+    assert rows["coma_env_steps_per_update"] == 2000
+    assert rows["coma_gradient_steps_per_update"] == 3 * 16
+    assert rows["coma_replays_per_transition"] == math.ceil(48 * 128 / 2000)
+    assert rows["coma_replay_capacity"] == 100_000
+    assert main(["--config", "cartpole", "--plan", "--json"]) == 0
+    assert "num_minibatches" in json.loads(capsys.readouterr().out)
