@@ -16,6 +16,7 @@ import math
 import os
 import platform
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +27,11 @@ from envs.registry import make_vec_env
 from configs.loader import load_config
 
 
-def random_baseline(config: Path, episodes: int, seed: int, num_envs: int | None = None) -> dict[str, Any]:
-    """Step the config's env with uniform random actions until ``episodes`` agent episodes have ended."""
-    cfg = load_config(config)
+def random_baseline(config: Path, episodes: int, seed: int, num_envs: int | None = None,
+                    overrides: Sequence[str] = ()) -> dict[str, Any]:
+    """Step the config's env (``overrides``: ``SECTION.KEY=VALUE`` as the learner's ``--set``) with uniform random
+    actions until ``episodes`` agent episodes have ended."""
+    cfg = load_config(config, overrides)
     num_agents = cfg.env.num_agents
     if num_envs is None:
         num_envs = max(1, math.ceil(episodes / num_agents))  # episodes end together: one pass is enough

@@ -15,7 +15,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -25,7 +24,7 @@ REPO = Path(__file__).resolve().parents[2]
 AGENT_STEPS = re.compile(r"([\d,]+)/[\d.,]+[KMGT]? ")
 """The learner's --plain progress line: ``<agent steps>/<total> ...``."""
 UNLIMITED_TIMESTEPS = 1_000_000_000
-"""trainer.total_timesteps while training: the wall-clock window, not the step budget, ends the run."""
+"""trainer.total_timesteps unless the overrides set one: the wall-clock window, not the step budget, ends the run."""
 STOP_GRACE_S = 120.0
 """How long the learner gets to write its final checkpoint after SIGINT (and the actors to leave)."""
 KILL_GRACE_S = 10.0
@@ -81,7 +80,8 @@ def end_group(process: subprocess.Popen) -> None:
 def trained_run(*, config: str, seed: int, seconds: float, port: int,
                 overrides: Sequence[str] = ()) -> Iterator[TrainedRun]:
     """Train ``config`` with ``run.seed=seed`` on ``port`` (and the next three) for ``seconds``; yield the run.
-    ``overrides`` are more ``SECTION.KEY=VALUE`` settings for the learner's ``--set``."""
+    ``overrides`` are more ``SECTION.KEY=VALUE`` settings for the learner's ``--set`` (applied last, so
+    ``trainer.total_timesteps=N`` sets a step budget; the run then ends at whichever comes first)."""
     with tempfile.TemporaryDirectory(prefix="sluice-bench-") as tmp:
         run_dir = Path(tmp, "run")
         learner_log = Path(tmp, "learner.log")
@@ -95,8 +95,10 @@ def trained_run(*, config: str, seed: int, seconds: float, port: int,
             processes.append(learner)
             actor_host = start(["-m", "actors", "--learner", f"tcp://127.0.0.1:{port}"], log=Path(tmp, "actors.log"))
             processes.append(actor_host)
-            time.sleep(seconds)
-            learner.send_signal(signal.SIGINT)
+            try:
+                learner.wait(timeout=seconds)  # a stop rule in ``overrides`` may end the run sooner
+            except subprocess.TimeoutExpired:
+                learner.send_signal(signal.SIGINT)
             try:
                 learner.wait(timeout=STOP_GRACE_S)
                 actor_host.wait(timeout=STOP_GRACE_S)
