@@ -8,9 +8,10 @@ written and is read on a later call. It starts at the file's end, so a resumed r
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
+
+from learner.jsonl import json_records
 
 EVALUATION_RESULTS = "evaluation.jsonl"
 """The evaluator's results file, one JSON object per evaluation, in the run directory."""
@@ -35,15 +36,7 @@ class ResultsTail:
             return []
         end = data.rfind(b"\n") + 1
         self.offset += end
-        records = []
-        for line in data[:end].splitlines():
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(record, dict):
-                records.append(record)
-        return records
+        return json_records(data[:end].splitlines())
 
 
 def baseline_scores(record: dict[str, Any]) -> dict[str, float]:

@@ -16,6 +16,8 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from learner.jsonl import json_records
+
 PROG = "python -m learner.plot"
 X_AXES = ("agent_steps", "elapsed_s")
 BANDS = ("minmax", "std")
@@ -67,15 +69,7 @@ def read_records(directory: Path) -> list[dict]:
     path = directory / "metrics.jsonl"
     if not path.is_file():
         raise PlotError(f"{directory} has no metrics.jsonl (is it a run directory?)")
-    records = []
-    for line in path.read_text().splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict):
-            records.append(record)
-    return records
+    return json_records(path.read_text().splitlines())
 
 
 def config_key(directory: Path) -> str:
