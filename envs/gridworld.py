@@ -20,6 +20,11 @@ faces "up" (row 0 is ahead, column ``obs_width - 1`` is to its right); the agent
 0 wall (also everything outside the map), 1 resource, 2 converter, 3 another agent, 4 inventory of the agent
 on that cell (its own at the centre; ``255 * inv // inventory_cap``), 5 depleted resource tile (regrowing).
 
+Episode statistics (``EPISODE_STATS``, per agent, over its episode): ``items_collected``, the resources it
+collected into its inventory, and ``items_converted``, the items it turned into reward at a converter. The
+latter equals the agent's episode return; items still carried when the episode ends are collected but not
+converted, so ``items_collected >= items_converted`` (unless ``set_map`` hands an agent a starting inventory).
+
 Episodes end only by truncation after ``max_steps`` steps, for all agents of an env together; the env is then
 re-generated from its own random stream (per-env 64-bit LCG states drawn from ``reset``'s seed), so a run is a
 deterministic function of the reset seed and the actions. Agent slot of agent ``a`` of env ``e``:
@@ -43,6 +48,8 @@ EMPTY, WALL, RESOURCE, CONVERTER, DEPLETED = 0, 1, 2, 3, 4
 NUM_CHANNELS = 6
 NUM_ACTIONS = 5
 NOOP, FORWARD, LEFT, RIGHT, USE = 0, 1, 2, 3, 4
+EPISODE_STATS = ("items_collected", "items_converted")
+"""Named per-agent episode statistics, in the order of ``StepBuffers.episode_stats``' columns."""
 DEFAULT_MAX_STEPS = 1000
 """Used when ``max_steps <= 0``."""
 GRID_KWARGS = ("map_size", "num_walls", "num_resources", "num_converters", "regrow_steps", "inventory_cap")
@@ -193,22 +200,24 @@ def _render_env(e, tiles, amap, pos, orient, inv, cap, out):
 
 
 @njit(cache=True)
-def _reset_kernel(tiles, timers, amap, pos, orient, inv, depleted, steps, returns, rng, margin, side,
-                  n_walls, n_res, n_conv, cap, obs):
+def _reset_kernel(tiles, timers, amap, pos, orient, inv, depleted, steps, returns, collected, converted, rng,
+                  margin, side, n_walls, n_res, n_conv, cap, obs):
     for e in range(tiles.shape[0]):
         _generate(e, tiles, timers, amap, pos, orient, inv, rng, margin, side, n_walls, n_res, n_conv)
         depleted[e] = 0
         steps[e] = 0
         for a in range(pos.shape[1]):
             returns[e, a] = 0.0
+            collected[e, a] = 0
+            converted[e, a] = 0
         _render_env(e, tiles, amap, pos, orient, inv, cap, obs)
 
 
 @njit(cache=True)
-def _step_kernel(tiles, timers, amap, pos, orient, inv, depleted, steps, returns, rng, margin, side,
-                 n_walls, n_res, n_conv, cap, regrow, max_steps, dys, dxs,
+def _step_kernel(tiles, timers, amap, pos, orient, inv, depleted, steps, returns, collected, converted, rng,
+                 margin, side, n_walls, n_res, n_conv, cap, regrow, max_steps, dys, dxs,
                  actions, obs, rewards, terminated, truncated, final_obs, episode_done, episode_return,
-                 episode_length) -> int:
+                 episode_length, episode_stats) -> int:
     """Step every env once; returns 0, or ``-1 - i`` if ``actions[i]`` is out of range (nothing stepped)."""
     num_envs = tiles.shape[0]
     n = pos.shape[1]
@@ -238,11 +247,13 @@ def _step_kernel(tiles, timers, amap, pos, orient, inv, depleted, steps, returns
                 t = tiles[e, y, x]
                 if t == RESOURCE and inv[e, a] < cap:
                     inv[e, a] += 1
+                    collected[e, a] += 1
                     tiles[e, y, x] = DEPLETED
                     timers[e, y, x] = regrow + 1  # the end-of-step pass below takes one off at once
                     depleted[e] += 1
                 elif t == CONVERTER and inv[e, a] > 0:
                     reward = float(inv[e, a])
+                    converted[e, a] += inv[e, a]
                     inv[e, a] = 0
             rewards[s] = reward
             returns[e, a] += reward
@@ -264,7 +275,11 @@ def _step_kernel(tiles, timers, amap, pos, orient, inv, depleted, steps, returns
                 episode_done[s] = True
                 episode_return[s] = returns[e, a]
                 episode_length[s] = steps[e]
+                episode_stats[s, 0] = collected[e, a]
+                episode_stats[s, 1] = converted[e, a]
                 returns[e, a] = 0.0
+                collected[e, a] = 0
+                converted[e, a] = 0
             _generate(e, tiles, timers, amap, pos, orient, inv, rng, margin, side, n_walls, n_res, n_conv)
             depleted[e] = 0
             steps[e] = 0
@@ -304,6 +319,8 @@ class GridworldVec:
         self._depleted = np.zeros(num_envs, dtype=np.int64)
         self._steps = np.zeros(num_envs, dtype=np.int64)
         self._returns = np.zeros((num_envs, num_agents), dtype=np.float64)
+        self._collected = np.zeros((num_envs, num_agents), dtype=np.int64)
+        self._converted = np.zeros((num_envs, num_agents), dtype=np.int64)
         self._rng = np.zeros(num_envs, dtype=np.int64)
         self._seeded = False
 
@@ -311,13 +328,14 @@ class GridworldVec:
     def spec_for(num_agents: int, obs_height: int, obs_width: int) -> EnvSpec:
         """The spec of a gridworld with this agent count and observation window."""
         return EnvSpec(num_agents=num_agents, obs_shape=(NUM_CHANNELS, obs_height, obs_width),
-                       obs_dtype="uint8", action=ActionSpace.discrete(NUM_ACTIONS), image_layout="chw")
+                       obs_dtype="uint8", action=ActionSpace.discrete(NUM_ACTIONS), image_layout="chw",
+                       episode_stats=EPISODE_STATS)
 
     def _map_args(self) -> tuple:
         s = self.settings
         return (self._tiles, self._timers, self._amap, self._pos, self._orient, self._inv, self._depleted,
-                self._steps, self._returns, self._rng, self.margin, self.side, s["num_walls"],
-                s["num_resources"], s["num_converters"], s["inventory_cap"])
+                self._steps, self._returns, self._collected, self._converted, self._rng, self.margin, self.side,
+                s["num_walls"], s["num_resources"], s["num_converters"], s["inventory_cap"])
 
     def reset(self, buffers: StepBuffers, seed: int) -> None:
         """Reseed every env's stream from ``seed``, draw fresh maps, write first observations, clear the rest."""
@@ -334,6 +352,7 @@ class GridworldVec:
             *self._map_args(), self.settings["regrow_steps"], self.max_steps, _DY, _DX,
             buffers.actions, buffers.obs, buffers.rewards, buffers.terminated, buffers.truncated,
             buffers.final_obs, buffers.episode_done, buffers.episode_return, buffers.episode_length,
+            buffers.episode_stats,
         )
         if code < 0:
             i = -1 - code

@@ -113,6 +113,8 @@ def test_gridworld_seeds_bench_scores_one_seed_through_the_pipeline(tmp_path: Pa
     assert all(isinstance(seed[key], bool) for key in ("above_random_by_1m", "final_at_least_3x_random",
                                                        "no_long_phase_below_random", "passed"))
     assert isinstance(seed["episode_stats"], dict) and seed["machine"]
+    assert set(seed["episode_stats"]) == {"items_collected", "items_converted"}  # via metrics.jsonl
+    assert seed["episode_stats"]["items_collected"] >= seed["episode_stats"]["items_converted"] >= 0
     assert overview["bench"] == "gridworld_seeds_summary" and overview["seeds_total"] == 1
     assert overview["final_return_min"] == overview["final_return_max"] == seed["final_return_mean"]
     assert overview["random_return_mean"] == seed["random_return_mean"]

@@ -258,3 +258,51 @@ def test_configs_fit_the_plan(name: str, agents: int) -> None:
     assert spec.num_agents == agents and spec.obs_shape == (6, 11, 11) and config.env.max_steps == 1000
     plan = make_plan(config.trainer, num_agents=agents)  # raises PlanError if the arithmetic does not fit
     assert plan.segments >= plan.total_agents and config.trainer.bptt_horizon == 64
+
+
+def test_named_episode_stats_count_collected_and_converted_items() -> None:
+    env, buffers = _env(num_agents=2, max_steps=6, regrow_steps=50)
+    assert env.spec.episode_stats == ("items_collected", "items_converted")
+    env.set_map(0, ["R0R.",
+                    ".C..",
+                    "..1."], orientations=[EAST, NORTH])
+    _step(env, buffers, USE, NOOP)  # agent 0 collects the resource to its east
+    _step(env, buffers, LEFT, NOOP)
+    _step(env, buffers, LEFT, NOOP)  # facing west
+    _step(env, buffers, USE, NOOP)  # collects the resource to its west
+    _step(env, buffers, LEFT, NOOP)  # facing south, onto the converter
+    assert not buffers.episode_done.any()
+    _step(env, buffers, USE, NOOP)  # converts both items; the episode ends on this step
+    assert buffers.episode_done.all() and list(buffers.episode_return) == [2.0, 0.0]
+    assert buffers.episode_stats.tolist() == [[2.0, 2.0], [0.0, 0.0]]
+
+
+def test_items_converted_equals_the_return_and_stats_reset_between_episodes() -> None:
+    cap = 2
+    env, buffers = _env(num_envs=3, num_agents=3, max_steps=40, map_size=5, num_walls=0, num_resources=8,
+                        num_converters=2, regrow_steps=3, inventory_cap=cap)
+    rng = np.random.default_rng(7)
+    returns = np.zeros(9)
+    collected = np.zeros(9)
+    episodes, stat_sums = 0, np.zeros(2)
+    for _ in range(200):  # five episodes per env
+        actions = rng.choice([FORWARD, LEFT, RIGHT, USE, USE, USE], size=9)
+        before = np.array([env.agent_state(s // 3, s % 3)[3] for s in range(9)])
+        _step(env, buffers, *actions)
+        after = np.array([env.agent_state(s // 3, s % 3)[3] for s in range(9)])
+        done = buffers.episode_done.copy()
+        # An ended episode's last inventory is in its final observation (channel 4 at the centre).
+        after[done] = np.rint(buffers.final_obs[done, 4, CY, CX].astype(np.float64) * cap / 255.0)
+        collected += (actions == USE) & (after == before + 1)
+        returns += buffers.rewards
+        if done.any():
+            episodes += int(done.sum())
+            stats = buffers.episode_stats[done]
+            assert np.array_equal(stats[:, 1], buffers.episode_return[done])
+            assert np.array_equal(stats[:, 1], returns[done])
+            assert np.array_equal(stats[:, 0], collected[done])
+            assert np.array_equal(stats[:, 0] - stats[:, 1], after[done])  # still carried at the end
+            stat_sums += stats.sum(axis=0)
+            returns[done] = 0.0
+            collected[done] = 0.0
+    assert episodes == 45 and stat_sums[1] > 0
