@@ -21,7 +21,7 @@ import zmq
 from actors.alternation import OpponentAlternation
 from actors.env_failures import EnvErrorReport
 from actors.host_metrics import HostMetrics, HostView
-from actors.learner_link import LearnerLink, Registration
+from actors.learner_link import LearnerLink, Registration, read_data_endpoints
 from actors.rows_report import RowsReport
 from actors.stepper import GroupStepper
 from actors.stop_flag import StopFlag
@@ -171,6 +171,13 @@ class ActorHost:
                   and reply.fields.get("run_id", self.state.run_id) != self.state.run_id):
                 LOG.warning("learner restarted; registering again")
                 self.state.last_reply = 0.0
+            elif reply.type is MessageType.HEARTBEAT_ACK:
+                self._follow_routes(read_data_endpoints(reply.fields.get("data_endpoints")))
+
+    def _follow_routes(self, endpoints: tuple[str, ...] | None) -> None:
+        """Several learner ranks: push rows to the ranks the learner now routes this host to."""
+        if endpoints and self.link.data is not None and self.link.route_data(endpoints):
+            print(f"actors: rows now go to learner ranks at {', '.join(endpoints)}", flush=True)
 
     def _apply_broadcast(self) -> None:
         """The newest weights the learner published, or its SHUTDOWN."""

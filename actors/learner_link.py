@@ -45,6 +45,28 @@ class Registration:
     token: str | None = None
     """The secret the learner handed this registration, sent back in every ROWS message (None from a learner
     that hands out none)."""
+    data_endpoints: tuple[str, ...] = ()
+    """With several learner ranks: the data endpoints to push rows to (() : the one at ``data_port``)."""
+
+
+MAX_DATA_ENDPOINTS = 1024
+"""Most data endpoints (learner ranks) a host accepts in one routing."""
+
+
+def read_data_endpoints(value: Any) -> tuple[str, ...] | None:
+    """A REGISTERED / HEARTBEAT_ACK ``data_endpoints`` field as endpoint URLs; None when absent or malformed
+    (then logged): a host never connects to something it cannot parse."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or not 1 <= len(value) <= MAX_DATA_ENDPOINTS:
+        LOG.warning("learner sent a data_endpoints field that is not a list of 1..%d endpoints; ignored",
+                    MAX_DATA_ENDPOINTS)
+        return None
+    try:
+        return tuple(parse_endpoint(url, "data endpoint").url for url in value)
+    except (TypeError, ValueError) as err:
+        LOG.warning("learner sent a bad data endpoint (%s); ignored", err)
+        return None
 
 
 def waiting_notice(learner: Endpoint, *, waited_s: float, curve: bool) -> str:
@@ -85,6 +107,8 @@ class LearnerLink:
         self.name = f"{socket.gethostname()}:{id(self) & 0xFFFF:04x}"
         self.token: str | None = None
         """The current registration's token (each registration replaces it)."""
+        self.data_routes: tuple[str, ...] = ()
+        """The learner ranks' data endpoints the data socket is connected to, as announced (() : one learner)."""
 
     def _control_socket(self) -> zmq.Socket:
         sock = self.context.socket(zmq.DEALER)
@@ -176,7 +200,8 @@ class LearnerLink:
         self.token = fields.get("token")
         return Registration(config=fields["config"], run_id=fields["run_id"], version=reply.version,
                             weights={k: np.array(v) for k, v in reply.arrays.items()},
-                            data_port=data_port, weights_port=weights_port, token=self.token)
+                            data_port=data_port, weights_port=weights_port, token=self.token,
+                            data_endpoints=read_data_endpoints(fields.get("data_endpoints")) or ())
 
     def open_streams(self, registration: Registration, *, hwm: int, buffer_bytes: int) -> None:
         """Connect the data and weights sockets to the ports the learner advertised."""
@@ -187,7 +212,11 @@ class LearnerLink:
         self.data.setsockopt(zmq.SNDBUF, buffer_bytes)
         self.data.setsockopt(zmq.LINGER, 0)
         self.data.setsockopt(zmq.IMMEDIATE, 1)
-        self.data.connect(self.learner.with_port(registration.data_port).url)
+        self.data_routes: tuple[str, ...] = ()
+        if registration.data_endpoints:
+            self.route_data(registration.data_endpoints)
+        else:
+            self.data.connect(self.learner.with_port(registration.data_port).url)
         self.weights = self.context.socket(zmq.SUB)
         self._secure(self.weights)
         self.weights.setsockopt(zmq.RCVHWM, 4)
@@ -195,6 +224,30 @@ class LearnerLink:
         self.weights.setsockopt(zmq.MAXMSGSIZE, self.limits.max_message_bytes)
         self.weights.setsockopt(zmq.SUBSCRIBE, b"")
         self.weights.connect(self.learner.with_port(registration.weights_port).url)
+
+    def resolve(self, url: str) -> str:
+        """A data endpoint the learner announced, as this host connects to it: ``tcp://*:PORT`` is the learner's
+        own address at PORT."""
+        endpoint = parse_endpoint(url, "data endpoint")
+        if endpoint.host == "*":
+            return self.learner.with_port(endpoint.port).url
+        return endpoint.url
+
+    def route_data(self, endpoints: tuple[str, ...]) -> bool:
+        """Push rows to exactly these learner ranks' data endpoints (ZeroMQ deals messages round-robin among
+        them): connects the new ones before disconnecting the old (rows queued for a dropped one are lost). Returns
+        whether anything changed."""
+        assert self.data is not None
+        if endpoints == self.data_routes:
+            return False
+        old = {self.resolve(url) for url in self.data_routes}
+        new = {self.resolve(url) for url in endpoints}
+        for url in sorted(new - old):
+            self.data.connect(url)
+        for url in sorted(old - new):
+            self.data.disconnect(url)
+        self.data_routes = endpoints
+        return True
 
     def latest_broadcast(self) -> Message | None:
         """Drain the weights socket; returns SHUTDOWN if one came, else the newest WEIGHTS, else None."""

@@ -166,7 +166,8 @@ def build_host(registration: Registration, link: LearnerLink, *, options: HostOp
                                                  stop=stop, on_restart=stepper.forget_worker))
     policy = ", null policy (uniform random actions)" if options.null_policy else ""
     print(f"actors: {layout.workers} workers x {layout.envs_per_worker} envs ({layout.groups} groups) of "
-          f"{config.env.name}{policy}, learner {options.learner.url}", flush=True)
+          f"{config.env.name}{policy}, learner {options.learner.url} (as {link.name}"
+          f"{', rows to ' + ', '.join(link.data_routes) if link.data_routes else ''})", flush=True)
     return ActorHost(link=link, registration=registration, network=config.network, workers=workers,
                      stepper=stepper, alternation=alternation, poller=poller, stop=stop, metrics=metrics)
 

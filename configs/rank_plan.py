@@ -11,6 +11,7 @@ by K) are all it takes: the per-rank ``segments / K % (minibatch_segments / K)``
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 
 from configs.plan import BatchPlan, PlanError, make_plan
@@ -60,3 +61,8 @@ def _check_rank_constraints(run: BatchPlan, *, world_size: int) -> None:
             f"minibatch_segments ({minibatch}) must be divisible by the learner ranks ({world_size}) so every "
             f"rank draws the same share of a minibatch: remainder {minibatch % world_size}; change "
             f"trainer.minibatch_size or the rank count")
+
+
+def torchrun_world_size() -> int:
+    """The learner ranks torchrun started (its WORLD_SIZE; 1 outside torchrun)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))

@@ -25,6 +25,9 @@ from configs.plan import PlanError, format_plan, make_plan, plan_rows
 from envs.errors import EnvConfigError
 from learner.addresses import AddressError, learner_curve
 from learner.progress import resolve_mode
+from configs.rank_plan import make_rank_plan, torchrun_world_size
+from configs.schema import RunConfig
+from protocol.curve import ServerCurve
 from protocol.bind_rule import InsecureEndpointError
 from protocol.curve import CurveKeyError
 from learner.run_dir import RunDirError, check_resumable, fresh_run_dir, resume_config, schedule_jump_warning
@@ -131,6 +134,9 @@ def main(argv: list[str] | None = None) -> int:
         else:
             config = load_config(None if args.config is None else resolve_config_path(args.config), args.overrides)
         plan = make_plan(config.trainer, num_agents=config.env.num_agents)
+        world_size = torchrun_world_size()
+        if world_size > 1 and not (args.plan or args.print_config):  # every rank fails alike, before joining
+            make_rank_plan(config.trainer, num_agents=config.env.num_agents, world_size=world_size)
         if args.print_config:
             print(yaml.safe_dump(config_to_dict(config), sort_keys=False), end="")
             return 0
@@ -147,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     except USER_ERRORS as err:
         return _fail(str(err))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if world_size > 1:
+        return _run_rank(args, config, curve)
     # Heavy imports only when training (the plan needs none of them).
     from learner.trainer import Learner, install_signal_handlers
 
@@ -159,6 +167,40 @@ def main(argv: list[str] | None = None) -> int:
             return learner.run()
     except USER_ERRORS as err:
         return _fail(str(err))
+
+
+def _run_rank(args: argparse.Namespace, config: RunConfig, curve: ServerCurve | None) -> int:
+    """One rank of a learner under torchrun (issue 15): rank 0 is the learner above with its ranks; the others
+    follow it (learner/follower.py). The process group is left at the end, or, after a rank failure left collectives
+    pending, the process ends at once (os._exit) once its output is flushed."""
+    from learner.follower import FollowerRank
+    from learner.ranks import join_ranks, leave_ranks
+    from learner.trainer import Learner, install_signal_handlers, resolve_device
+
+    try:
+        ranks = join_ranks(resolve_device(config.run.device))
+    except USER_ERRORS as err:
+        return _fail(str(err))
+    code, broken = 1, True
+    try:
+        if ranks.rank > 0:
+            follower = FollowerRank(config, ranks, curve=curve)
+            follower.install_signal_handlers()
+            code = follower.run()
+            broken = code == 1
+            return code
+        with nullcontext(args.run_dir) if args.resume else fresh_run_dir(config, args.run_dir) as run_dir:
+            learner = Learner(config, run_dir, resume=args.resume, curve=curve,
+                              progress_mode=resolve_mode(args.quiet, args.plain, sys.stdout), ranks=ranks)
+            install_signal_handlers(learner)
+            code = learner.run()
+            broken = learner.update_cut_short
+            return code
+    except USER_ERRORS as err:
+        code = _fail(f"learner rank {ranks.rank}: {err}")
+        return code
+    finally:
+        leave_ranks(broken=broken, exit_code=code)
 
 
 def _fail(message: str) -> int:

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import zmq
 
+from learner.host_routing import HostRouting
 from learner.host_sizing import HostSizing
 from learner.pool_server import POOL_REQUESTS, PoolService
 from learner.request_rate import PeerRateLimiter, RateLimit, TokenBucket
@@ -131,9 +132,13 @@ class ControlServer(threading.Thread):
                  peer_timeout_s: float, limits: Limits, stop: threading.Event, registry: SenderRegistry,
                  sizing: HostSizing, pool: PoolService | None = None, curve: ServerCurve | None = None,
                  max_hosts: int = MAX_HOSTS, weight_requests: RateLimit = WEIGHT_REQUESTS,
-                 clock: Callable[[], float] = time.monotonic, announce: Callable[[str], None] | None = None) -> None:
-        """``announce``: where the short lines about hosts joining and leaving go (default: the log)."""
+                 clock: Callable[[], float] = time.monotonic, announce: Callable[[str], None] | None = None,
+                 routing: HostRouting | None = None) -> None:
+        """``announce``: where the short lines about hosts joining and leaving go (default: the log); ``routing``:
+        with several learner ranks, which ranks' data sockets each host pushes to (REGISTERED and every
+        HEARTBEAT_ACK carry its ``data_endpoints``)."""
         super().__init__(name="control", daemon=True)
+        self.routing = routing
         self.announce = announce or LOG.info
         self.pool = pool
         self.registration = registration
@@ -250,19 +255,26 @@ class ControlServer(threading.Thread):
             self._check_rate(identity, message.type)
             host = self._register(identity, message, curve_key=curve_key, peer=peer, now=now)
             return Message(type=MessageType.REGISTERED, sender="learner", version=version,
-                           fields={**self.registration, "token": host.token}, arrays=weights)
+                           fields={**self.registration, "token": host.token, **self._routes(identity)},
+                           arrays=weights)
         if known is None:
             raise ProtocolError("not_registered", f"{message.type.value} before register: an unregistered "
                                                   "identity may only send register (or pool requests)")
         if message.type is MessageType.HEARTBEAT:
             self._log_env_error(known.name, message.fields.get("env_error"))
             return Message(type=MessageType.HEARTBEAT_ACK, sender="learner", version=version,
-                           fields={"run_id": self.registration["run_id"]})
+                           fields={"run_id": self.registration["run_id"], **self._routes(identity)})
         if message.type is MessageType.GET_WEIGHTS:
             self._check_rate(identity, message.type)
             return Message(type=MessageType.WEIGHTS, sender="learner", version=version,
                            fields={"names": list(weights)}, arrays=weights)
         raise ProtocolError("unexpected_type", f"control socket does not accept {message.type.value}")
+
+    def _routes(self, identity: bytes) -> dict[str, list[str]]:
+        """With several learner ranks: the data endpoints the host ``identity`` pushes to ({} with one)."""
+        if self.routing is None:
+            return {}
+        return {"data_endpoints": self.routing.endpoints_of(identity)}
 
     def _check_rate(self, identity: bytes, type_: MessageType) -> None:
         """Refuse a request answered with the weights when ``identity`` asks for them too often."""
@@ -289,10 +301,13 @@ class ControlServer(threading.Thread):
             self.registrations += 1
         if previous is not None:
             self.registry.remove(previous.token)
+        if self.routing is not None:
+            self.routing.add(identity, size.agent_slots)
         self.registry.add(Sender(name=host.name, token=host.token, curve_key=curve_key, num_envs=size.num_envs,
                                  agent_slots=size.agent_slots))
         if previous is None:
-            self.announce(f"actor host {host.name} joined with {host.num_workers} workers")
+            ranks = "" if self.routing is None else f", rows to learner ranks {list(self.routing.ranks_of(identity))}"
+            self.announce(f"actor host {host.name} joined with {host.num_workers} workers{ranks}")
         return host
 
     def _scrape_address(self, name: str, reported: Any, peer: str | None) -> str | None:
@@ -314,6 +329,8 @@ class ControlServer(threading.Thread):
         if host is None:
             return
         self.registry.remove(host.token)
+        if self.routing is not None:
+            self.routing.remove(identity)
         if reason is None:
             self.announce(f"actor host {host.name} left")
         else:
@@ -339,6 +356,9 @@ class ControlServer(threading.Thread):
             silent = [identity for identity, host in self.hosts.items() if host.last_seen < deadline]
             gone = [self.hosts.pop(identity) for identity in silent]
             self.hosts_lost += len(gone)
+        for identity in silent:
+            if self.routing is not None:
+                self.routing.remove(identity)
         for host in gone:
             self.registry.remove(host.token)
             self._host_line(f"actor host {host.name} silent for {self.peer_timeout_s:.0f} s: forgotten")

@@ -95,32 +95,42 @@ class ProcessGroupReducer:
             grad.copy_(flat[offset:offset + grad.numel()].view_as(grad))
             offset += grad.numel()
 
+    def broadcast_module(self, module: nn.Module) -> None:
+        """Every parameter and buffer of ``module`` becomes rank 0's (every rank calls it at the same point), so the
+        ranks start from identical weights whatever their seeds or files."""
+        for tensor in [*module.parameters(), *module.buffers()]:
+            self._wait("broadcast", lambda tensor=tensor: dist.broadcast(tensor.data, src=0, async_op=True))
+
     def _wait(self, name: str, start: Callable[[], dist.Work]) -> None:
         try:
             start().wait(timeout=self.timeout)
         except RuntimeError as error:
             raise CollectiveTimeout(
-                f"learner rank {self.rank} of {self.world_size}: {name} did not complete within "
+                f"learner rank {self.rank} of {self.world_size}: {name} failed or did not complete within "
                 f"{self.timeout.total_seconds():g} s (a peer rank died, hung or fell behind): {error}") from error
 
 
 def init_learner_group(device: torch.device, *, timeout: datetime.timedelta = DEFAULT_TIMEOUT,
-                       init_method: str = "env://", rank: int | None = None,
-                       world_size: int | None = None) -> ProcessGroupReducer:
+                       init_method: str | None = None, rank: int | None = None,
+                       world_size: int | None = None, store: dist.Store | None = None) -> ProcessGroupReducer:
     """Join the learner ranks' process group (NCCL for a CUDA device, gloo otherwise) and return its reducer.
 
-    With the default ``init_method`` the rank and world size come from torchrun's RANK and WORLD_SIZE. Raises
+    Without ``init_method`` or ``store`` (torchrun's ``env://``) the rank and world size come from torchrun's RANK
+    and WORLD_SIZE; a ``store`` (learner/ranks.py passes torchrun's, under a prefix) replaces the rendezvous. Raises
     CollectiveTimeout when the other ranks do not all join within ``timeout``."""
     rank = int(os.environ["RANK"]) if rank is None else rank
     world_size = int(os.environ["WORLD_SIZE"]) if world_size is None else world_size
     backend = "nccl" if device.type == "cuda" else "gloo"
     try:
-        dist.init_process_group(backend=backend, init_method=init_method, rank=rank, world_size=world_size,
-                                timeout=timeout)
+        if store is not None:
+            dist.init_process_group(backend=backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
+        else:
+            dist.init_process_group(backend=backend, init_method=init_method or "env://", rank=rank,
+                                    world_size=world_size, timeout=timeout)
     except RuntimeError as error:  # torch.distributed's DistStoreError (timeouts) is one
         raise CollectiveTimeout(
             f"learner rank {rank} of {world_size}: the ranks did not all join the {backend} process group "
-            f"at {init_method} within {timeout.total_seconds():g} s: {error}") from error
+            f"at {init_method or 'the store'} within {timeout.total_seconds():g} s: {error}") from error
     return ProcessGroupReducer(rank=rank, world_size=world_size, timeout=timeout)
 
 

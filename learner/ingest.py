@@ -25,6 +25,7 @@ from typing import Protocol
 import numpy as np
 import zmq
 
+from configs.schema import RunConfig
 from envs.base import EnvSpec
 from envs.rows import row_layout
 from learner.batch import BatchBuffers
@@ -380,3 +381,18 @@ def host_timing(stats: dict[str, float]) -> dict[str, float | None]:
         "act_ms_per_batch": 1000 * stats.get("act_s", 0.0) / batches if batches else None,
         "worker_wait_fraction": stats.get("worker_wait_s", 0.0) / worker_s if worker_s else None,
     }
+
+
+def open_ingest(config: RunConfig, spec: EnvSpec, *, context: zmq.Context, endpoint: str, segments: int,
+                state_size: int, stop: threading.Event, registry: SenderRegistry, curve: ServerCurve | None,
+                observer: IngestObserver | None = None, pinned: bool = False) -> Ingest:
+    """The ingest of a run's config: ``segments`` rows per batch (a learner rank's share under torchrun), bound at
+    ``endpoint`` with the config's network limits; ``pinned`` host buffers when the learner trains on a GPU."""
+    net = config.network
+    return Ingest(context=context, endpoint=endpoint, segments=segments, env=spec,
+                  horizon=config.trainer.bptt_horizon + 1, state_size=state_size,
+                  max_policy_lag=config.trainer.max_policy_lag, hwm=net.send_queue_messages,
+                  buffer_bytes=net.socket_buffer_bytes, limits=Limits(max_message_bytes=net.max_message_bytes),
+                  stop=stop, registry=registry, rows_per_message=net.rows_per_message,
+                  max_abs_value=net.max_abs_value, curve=curve, observer=observer,
+                  team_rows=config.trainer.algorithm == "coma", **({"pinned": True} if pinned else {}))

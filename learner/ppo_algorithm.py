@@ -24,6 +24,7 @@ from learner.checkpoint import LearnedState
 from learner.entropy_control import EntropyControl
 from learner.losses import minibatch_losses
 from learner.ppo import ppo_update
+from learner.reducer import SINGLE_PROCESS, Reducer
 from learner.schedules import schedule_for
 from learner.value_normalization import RunningMeanStd
 from policies.factory import make_policy
@@ -55,10 +56,12 @@ class PPO(Algorithm):
     """One policy with a value head, trained by ``ppo_update`` under the schedules of ``schedule_for``."""
 
     def __init__(self, *, spec: EnvSpec, model: ModelSection, trainer: TrainerSection, plan: BatchPlan,
-                 device: torch.device, minibatch_seed: int) -> None:
+                 device: torch.device, minibatch_seed: int, reducer: Reducer = SINGLE_PROCESS) -> None:
         """``minibatch_seed`` seeds the minibatch sampler (the learner passes run.seed + the update it starts at,
-        so a resumed run does not replay the first run's draws)."""
+        so a resumed run does not replay the first run's draws); ``reducer``: a data-parallel learner rank's
+        collectives (``plan`` is then the rank's share, configs/rank_plan.py)."""
         self.trainer = trainer
+        self.reducer = reducer
         self.plan = plan
         self.policy = make_policy(spec, model).to(device)
         if trainer.zero_initial_vf:
@@ -80,10 +83,11 @@ class PPO(Algorithm):
         scheduled_ent_coef = schedule.ent_coef
         if self.entropy_control is not None:
             schedule = dataclasses.replace(schedule, ent_coef=self.entropy_control.coefficient(scheduled_ent_coef))
-        update_obs_normalizer(self.policy, batch.obs[:, :-1])  # model.obs_norm: the steps the forward passes read
+        gather = self.reducer.gather if self.reducer.world_size > 1 else None
+        update_obs_normalizer(self.policy, batch.obs[:, :-1], gather)  # model.obs_norm: what the forward passes read
         metrics = ppo_update(self.policy, self.optimizer, batch, trainer=self.trainer, plan=self.plan,
                              schedule=schedule, generator=self.generator, reference=self.reference,
-                             loss_fn=self.loss_fn, value_normalizer=self.value_normalizer)
+                             loss_fn=self.loss_fn, value_normalizer=self.value_normalizer, reducer=self.reducer)
         self._refresh_reference(updates_done=update_index + 1)
         if self.entropy_control is not None:
             metrics["ent_coef_scheduled"] = scheduled_ent_coef

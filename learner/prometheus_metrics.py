@@ -175,7 +175,25 @@ class LearnerMetrics:
                                 registry=registry)
         self.eval_best_update = gauge("sluice_eval_best_update", "Evaluation during training: the update of the best "
                                                                  "snapshot so far (kept in <run dir>/best/).")
+        self.rank_rows_wait = Gauge("sluice_learner_rank_rows_wait_seconds", "Several learner ranks: seconds each rank "
+                                    "waited for its share of the last batch's rows.", ["rank"], registry=registry)
+        self.rank_batch_fill = Gauge("sluice_learner_rank_batch_fill_ratio", "Several learner ranks: how full each "
+                                     "rank's next batch is (updated while rank 0 waits for the others).", ["rank"],
+                                     registry=registry)
+        self.ranks_wait = gauge("sluice_learner_ranks_wait_seconds", "Several learner ranks: seconds rank 0 waited, "
+                                                                     "its own batch full, for the other ranks' rows.")
         self.last_update.set(time.time())
+
+    def observe_rank_waits(self, rows_wait_s: Mapping[int, float], followers_wait_s: float) -> None:
+        """Several learner ranks, after each update: every rank's wait for its rows, and rank 0's for the others."""
+        for rank, seconds in rows_wait_s.items():
+            self.rank_rows_wait.labels(str(rank)).set(seconds)
+        self.ranks_wait.set(followers_wait_s)
+
+    def observe_rank_fills(self, fills: Mapping[int, float]) -> None:
+        """Several learner ranks, while rank 0 waits: how full each follower's batch is."""
+        for rank, fill in fills.items():
+            self.rank_batch_fill.labels(str(rank)).set(fill)
 
     def set_run(self, *, max_policy_lag: int, total_agent_steps: int, policy_version: int) -> None:
         """The run's settings that alerts and dashboards compare against, and the version it starts from."""

@@ -39,16 +39,30 @@ class SenderRegistry:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._senders: dict[str, Sender] = {}
+        self._changes = 0
 
     def add(self, sender: Sender) -> None:
         """A host registered (the control server removes a re-registering host's old token first)."""
         with self._lock:
             self._senders[sender.token] = sender
+            self._changes += 1
 
     def remove(self, token: str) -> Sender | None:
         """A host left or was forgotten; its rows are dropped from now on."""
         with self._lock:
+            self._changes += 1
             return self._senders.pop(token, None)
+
+    def snapshot(self) -> tuple[int, list[Sender]]:
+        """How many changes the registry has seen, and its senders now (a learner rank copies them to the others)."""
+        with self._lock:
+            return self._changes, list(self._senders.values())
+
+    def replace_all(self, senders: list[Sender]) -> None:
+        """Hold exactly ``senders`` (a follower learner rank taking rank 0's registered hosts)."""
+        with self._lock:
+            self._senders = {sender.token: sender for sender in senders}
+            self._changes += 1
 
     def get(self, token: object) -> Sender | None:
         """The registered sender holding ``token`` (None for anything else, including a non-string)."""

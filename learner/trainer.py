@@ -38,7 +38,7 @@ from learner.evaluation_results import EVALUATION_RESULTS, ResultsTail, evaluati
 from learner.evaluator_process import EvaluatorProcess
 from learner.health import ValueHealthMonitor
 from learner.host_sizing import HostSizing
-from learner.ingest import Ingest, IngestSnapshot
+from learner.ingest import Ingest, IngestSnapshot, open_ingest
 from learner.pool import SnapshotStore
 from learner.pool_metrics import PoolMetrics
 from learner.pool_server import PoolService
@@ -48,6 +48,13 @@ from learner.senders import SenderRegistry
 from learner.metrics_log import MetricsLog
 from learner.metrics_record import Lap, RunClock, metrics_record, outcome_rates
 from learner.coma_learner import ComaLearner
+from learner.distributed import CollectiveTimeout
+from learner.host_routing import HostRouting
+from learner.rank_link import RankLink
+from learner.rank_lockstep import LeaderLockstep, RankWaits, rank_wait_metrics
+from learner.ranks import RankContext, announce_endpoint, gather_endpoints
+from learner.reducer import SINGLE_PROCESS, Reducer
+from configs.rank_plan import make_rank_plan
 from learner.ppo_algorithm import PPO
 from learner.run_record import write_run_record
 from learner.stop_rules import check_stop_rules
@@ -62,6 +69,8 @@ LOG = logging.getLogger("sluice.learner")
 DISCOVERY_PATH = "/discovery/actor_hosts"
 """Where the learner's metrics endpoint lists its actor hosts' metrics addresses (Prometheus HTTP SD)."""
 SHUTDOWN_GRACE_HEARTBEATS = 3
+RANK_GONE_WAIT_S = 4.0
+"""After a failed collective, how long rank 0 looks for the rank that is gone before stopping with the error."""
 
 
 def resolve_device(name: str) -> torch.device:
@@ -74,24 +83,43 @@ def resolve_device(name: str) -> torch.device:
 
 
 def make_algorithm(config: RunConfig, spec: EnvSpec, plan: BatchPlan, *, device: torch.device,
-                   seed: int) -> Algorithm:
+                   seed: int, reducer: Reducer = SINGLE_PROCESS) -> Algorithm:
     """trainer.algorithm's learner: PPO (seeds/000) or COMA (seeds/004, which needs Box actions and a global state:
-    ConfigError otherwise). ``seed``: run.seed + the update the run starts at."""
+    ConfigError otherwise). ``seed``: run.seed + the update the run starts at; ``reducer`` and ``plan``: a
+    data-parallel learner rank's collectives and share of the batch."""
+    if config.trainer.algorithm == "coma" and reducer.world_size > 1:
+        raise ConfigError("trainer.algorithm 'coma' runs on one learner process; start it with python -m learner, "
+                          "not torchrun with several ranks")
     if config.trainer.algorithm == "coma":
         try:
             return ComaLearner(spec=spec, section=config.coma, device=device, seed=seed)
         except EnvConfigError as err:
             raise ConfigError(f"env {config.env.name!r}: {err}") from err
-    return PPO(spec=spec, model=config.model, trainer=config.trainer, plan=plan, device=device, minibatch_seed=seed)
+    return PPO(spec=spec, model=config.model, trainer=config.trainer, plan=plan, device=device, minibatch_seed=seed,
+               reducer=reducer)
+
+
+def learner_plan(config: RunConfig, ranks: RankContext | None) -> BatchPlan:
+    """The batch plan one learner process trains: the run's, or a rank's share of it (PlanError with the numbers
+    when the batch does not split over the ranks)."""
+    if ranks is None:
+        return make_plan(config.trainer, num_agents=config.env.num_agents)
+    return make_rank_plan(config.trainer, num_agents=config.env.num_agents, world_size=ranks.world_size).rank
 
 
 class Learner:
     """Owns every learner component for one run."""
 
     def __init__(self, config: RunConfig, run_dir: Path, *, resume: bool, curve: ServerCurve | None = None,
-                 progress_mode: str = ProgressMode.PLAIN) -> None:
-        """``progress_mode``: how the console shows progress (learner.progress.ProgressMode)."""
+                 progress_mode: str = ProgressMode.PLAIN, ranks: RankContext | None = None) -> None:
+        """``progress_mode``: how the console shows progress (learner.progress.ProgressMode); ``ranks``: rank 0 of a
+        data-parallel learner under torchrun (None: the single learner process)."""
         self.config = config
+        self.ranks = ranks
+        self.lockstep: LeaderLockstep | None = None
+        """Several ranks: waits for the others before each update (learner/rank_lockstep.py)."""
+        self.update_cut_short = False
+        """A learner rank failed inside an update: the weights are half-updated and not checkpointed."""
         self.curve = curve
         """CURVE on every socket (None: plaintext, on loopback or with --insecure; see learner_curve)."""
         self.zap: ZapGuard | None = None
@@ -101,13 +129,18 @@ class Learner:
         torch.manual_seed(config.run.seed)
         self.device = resolve_device(config.run.device)
         self.spec = probe_env_spec(config.env)
-        self.plan = make_plan(config.trainer, num_agents=config.env.num_agents)
+        self.plan = learner_plan(config, ranks)
         checkpoint = self._last_checkpoint() if resume else None
         self.state = checkpoint.trainer_state if checkpoint is not None else TrainerState()
         self.algorithm = make_algorithm(config, self.spec, self.plan, device=self.device,
-                                        seed=config.run.seed + self.state.update)
+                                        seed=config.run.seed + self.state.update,
+                                        reducer=SINGLE_PROCESS if ranks is None else ranks.reducer)
         if checkpoint is not None:
             self.algorithm.load_state_dict(checkpoint.learned)
+        if ranks is not None:  # the other ranks start from these weights (learner/follower.py does the same)
+            if not resume:
+                ranks.board.set_text("resume_from", 0, "")
+            ranks.reducer.broadcast_module(self.algorithm.policy)
         self.stop = threading.Event()
         self.stop_reason = ""
         self.exit_code = 0
@@ -131,7 +164,11 @@ class Learner:
         """The run directory's newest checkpoint (None in a run without one yet)."""
         checkpoints = list_checkpoints(self.run_dir)
         if not checkpoints:
+            if self.ranks is not None:
+                self.ranks.board.set_text("resume_from", 0, "")
             return None
+        if self.ranks is not None:  # the other ranks load the same one (learner/follower.py)
+            self.ranks.board.set_text("resume_from", 0, str(checkpoints[-1].resolve()))
         checkpoint = load_checkpoint(checkpoints[-1])
         LOG.info("resumed from %s (update %d, %d env steps)", checkpoints[-1].name,
                  checkpoint.trainer_state.update, checkpoint.trainer_state.env_steps)
@@ -176,6 +213,8 @@ class Learner:
             self.zap.start_watching()
         control.start()
         ingest.start()
+        if self.ranks is not None:
+            self.lockstep = self._start_ranks(ingest, control, threads_stop)
         addresses = self.addresses
         print(f"learner: {socket.gethostname()} listening on {addresses.control.url} "
               f"(data {addresses.data.url}, weights {addresses.weights.url}, "
@@ -188,8 +227,10 @@ class Learner:
         finally:
             if self.evaluator is not None:
                 self.evaluator.stop()
+            if self.lockstep is not None:
+                self.lockstep.end(self.state.update, self.stop_reason or "learner stopping")
             self.progress.close()  # the last update's line, before what the shutdown says
-            self._save()
+            self._save_final()
             self._shutdown_actors(control, publisher)
             threads_stop.set()
             control.join(timeout=5)
@@ -216,21 +257,20 @@ class Learner:
             "run_id": uuid.uuid4().hex,
         }
         registry = SenderRegistry()  # the control server adds and removes senders; the ingest checks rows against it
+        routing = None
+        if self.ranks is not None:  # every rank's data endpoint, to route actor hosts to
+            announce_endpoint(addresses.data, self.ranks)
+            routing = HostRouting(gather_endpoints(self.ranks))
         with binding(addresses.control):
             control = ControlServer(context=context, endpoint=addresses.control.url, registration=registration,
                                     peer_timeout_s=net.peer_timeout_s, limits=limits, stop=threads_stop,
                                     registry=registry, sizing=HostSizing(trainer=self.config.trainer,
                                                                          num_agents=self.config.env.num_agents),
-                                    pool=self.pool, curve=self.curve, announce=self.progress.event)
+                                    pool=self.pool, curve=self.curve, announce=self.progress.event, routing=routing)
         with binding(addresses.data):
-            ingest = Ingest(context=context, endpoint=addresses.data.url, segments=self.plan.segments,
-                            env=self.spec, horizon=self.config.trainer.bptt_horizon + 1,
-                            state_size=self.algorithm.policy.state_size,
-                            max_policy_lag=self.config.trainer.max_policy_lag, hwm=net.send_queue_messages,
-                            buffer_bytes=net.socket_buffer_bytes, limits=limits, stop=threads_stop,
-                            registry=registry, rows_per_message=net.rows_per_message,
-                            max_abs_value=net.max_abs_value, curve=self.curve, observer=self.prometheus,
-                            team_rows=self.config.trainer.algorithm == "coma")
+            ingest = open_ingest(self.config, self.spec, context=context, endpoint=addresses.data.url,
+                                 segments=self.plan.segments, state_size=self.algorithm.policy.state_size,
+                                 stop=threads_stop, registry=registry, curve=self.curve, observer=self.prometheus)
         with binding(addresses.weights):
             publisher = WeightsPublisher(context=context, endpoint=addresses.weights.url, curve=self.curve)
         try:
@@ -273,11 +313,25 @@ class Learner:
     def _train(self, control: ControlServer, ingest: Ingest, publisher: WeightsPublisher) -> None:
         """The update loop: every batch the ingest fills becomes one update, until a stop rule or a signal."""
         clock = RunClock(elapsed_before=self.state.elapsed_s, agent_steps=self.state.agent_steps)
+        rows_wait_from = time.monotonic()
         while not self.stop.is_set():
             index = self._wait_for_batch(ingest)
+            if self.lockstep is not None:
+                self.lockstep.check_followers(self.request_stop)
             if index is None:  # none yet: check for stop requests again
                 continue
-            update_metrics, update_s = self._update(ingest, index)
+            waits = self._wait_for_ranks(own_wait_s=time.monotonic() - rows_wait_from)
+            if waits is None:  # stopping: no rank runs this update
+                break
+            try:
+                update_metrics, update_s = self._update(ingest, index)
+            except CollectiveTimeout as err:
+                self._rank_failed(err)
+                break
+            rows_wait_from = time.monotonic()
+            update_metrics.update(rank_wait_metrics(waits))
+            if self.lockstep is not None:
+                self.prometheus.observe_rank_waits(waits.rows_wait_s, waits.followers_wait_s)
             self._advance_version(ingest)
             weights = self._publish_weights(control, publisher)
             self._snapshot_into_pool(weights)
@@ -287,6 +341,45 @@ class Learner:
             self._write_metrics(counted, update_metrics, lap, hosts=control.counts(), update_s=update_s)
             self._checkpoint_on_interval()
             self._apply_stop_rules()
+
+    def _start_ranks(self, ingest: Ingest, control: ControlServer, threads_stop: threading.Event) -> LeaderLockstep:
+        """Rank 0 of several: the thread to the other ranks (heartbeats, registered hosts) and the lockstep."""
+        assert self.ranks is not None and control.routing is not None
+        link = RankLink(self.ranks, control.registry, fill=lambda: ingest.occupancy()["filling"], stop=threads_stop)
+        link.start()
+        return LeaderLockstep(self.ranks, link, stats=ingest.stats, routing=control.routing,
+                              announce=self.progress.event, observe_fills=self.prometheus.observe_rank_fills)
+
+    def _wait_for_ranks(self, *, own_wait_s: float) -> RankWaits | None:
+        """Several ranks: wait until every rank has its batch and tell them all to update (None: stop instead);
+        one rank: nothing to wait for."""
+        if self.lockstep is None:
+            return RankWaits(rows_wait_s={0: own_wait_s}, followers_wait_s=0.0)
+        waits = self.lockstep.wait_for_followers(self.state.update, stop=self.stop, request_stop=self.request_stop,
+                                                 own_wait_s=own_wait_s)
+        if waits is not None:
+            self.lockstep.go(self.state.update)
+        return waits
+
+    def _rank_failed(self, error: CollectiveTimeout) -> None:
+        """A collective failed mid-update: name the rank that is gone (when it can be told) and stop."""
+        assert self.lockstep is not None
+        gone = self.lockstep.link.gone()
+        deadline = time.monotonic() + RANK_GONE_WAIT_S
+        while not gone and time.monotonic() < deadline:
+            time.sleep(0.1)
+            gone = self.lockstep.link.gone()
+        self.update_cut_short = True
+        self.request_stop("; ".join(gone) if gone else str(error), exit_code=1)
+
+    def _save_final(self) -> None:
+        """The final checkpoint, unless a rank failure cut the last update short (its weights are half-updated;
+        the previous checkpoint stands)."""
+        if self.update_cut_short:
+            self.progress.event(f"learner: no final checkpoint (update {self.state.update} was cut short by a "
+                                "learner rank failure); --resume continues from the last one")
+            return
+        self._save()
 
     @staticmethod
     def _wait_for_batch(ingest: Ingest) -> int | None:
@@ -344,7 +437,8 @@ class Learner:
         record.update(self._read_evaluations())
         self.metrics.write(record)
         self.prometheus.observe_update(record=record, update_metrics=update_metrics, update_s=update_s,
-                                       samples=self.plan.segments * self.config.trainer.bptt_horizon)
+                                       samples=self.plan.segments * self.config.trainer.bptt_horizon
+                                       * (1 if self.ranks is None else self.ranks.world_size))
         health = self.value_health.observe(explained_variance=update_metrics.get("explained_variance"),
                                            episode_returns=counted.recent_returns)
         self.prometheus.observe_value_health(health)
@@ -388,7 +482,8 @@ class Learner:
         while time.monotonic() < deadline and control.host_count() > 0:
             publisher.publish_shutdown(reason)
             time.sleep(0.1)
-        self.progress.event(f"learner: stopped ({reason}); final checkpoint in {self.run_dir / 'checkpoints'}")
+        kept = "last" if self.update_cut_short else "final"
+        self.progress.event(f"learner: stopped ({reason}); {kept} checkpoint in {self.run_dir / 'checkpoints'}")
 
 
 def install_signal_handlers(learner: Learner) -> None:

@@ -10,6 +10,8 @@ them, by calling ``update_obs_normalizer`` on the observations of each update be
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
@@ -37,10 +39,11 @@ class ObsNormalizer(nn.Module):
         return stat.to(torch.float32).reshape(-1, *([1] * self.spatial_dims))
 
     @torch.no_grad()
-    def update(self, features: torch.Tensor) -> None:
-        """Merge float inputs [..., F, *spatial] into the statistics (every leading and spatial index one sample)."""
+    def update(self, features: torch.Tensor, gather: Callable[[torch.Tensor], torch.Tensor] | None = None) -> None:
+        """Merge float inputs [..., F, *spatial] into the statistics (every leading and spatial index one sample);
+        ``gather``: every learner rank's inputs (``RunningMeanStd.update``)."""
         per_feature = features.movedim(features.dim() - 1 - self.spatial_dims, -1)
-        self.stats.update(per_feature)
+        self.stats.update(per_feature, gather)
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         """[..., F, *spatial] float32 -> clip((x - mean) / std, -OBS_CLIP, OBS_CLIP), float32."""
@@ -48,8 +51,10 @@ class ObsNormalizer(nn.Module):
         return normalized.clamp(-OBS_CLIP, OBS_CLIP)
 
 
-def update_obs_normalizer(policy: nn.Module, obs: torch.Tensor) -> None:
-    """Merge observations [..., *obs_shape] (env dtype) into ``policy``'s statistics; nothing when obs_norm is off."""
+def update_obs_normalizer(policy: nn.Module, obs: torch.Tensor,
+                          gather: Callable[[torch.Tensor], torch.Tensor] | None = None) -> None:
+    """Merge observations [..., *obs_shape] (env dtype) into ``policy``'s statistics; nothing when obs_norm is off.
+    ``gather``: a data-parallel learner's all-gather, so every rank merges all ranks' observations."""
     encoder = policy.encoder
     if encoder.obs_norm is not None:
-        encoder.obs_norm.update(encoder.input_features(obs))
+        encoder.obs_norm.update(encoder.input_features(obs), gather)

@@ -8,6 +8,8 @@ buffers of an ``nn.Module``, so they travel with ``state_dict`` (checkpoints, an
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
@@ -31,16 +33,26 @@ class RunningMeanStd(nn.Module):
         self.register_buffer("count", torch.zeros((), dtype=torch.float64))
 
     @torch.no_grad()
-    def update(self, values: torch.Tensor) -> None:
-        """Merge ``values`` [..., *shape] (every leading index one sample) into the statistics (Chan et al. 1979)."""
+    def update(self, values: torch.Tensor, gather: Callable[[torch.Tensor], torch.Tensor] | None = None) -> None:
+        """Merge ``values`` [..., *shape] (every leading index one sample) into the statistics (Chan et al. 1979).
+
+        ``gather`` (a data-parallel learner's all-gather over its ranks, ``learner.reducer.Reducer.gather``): merge
+        every rank's ``values`` instead, exactly, from each rank's count, mean and variance; every rank then holds the
+        same statistics. Every rank must call it, even with no values."""
         if values.dim() < len(self.shape) or tuple(values.shape[values.dim() - len(self.shape):]) != self.shape:
             raise ValueError(f"RunningMeanStd of shape {self.shape} got values of shape {tuple(values.shape)}")
         batch = values.detach().to(torch.float64).reshape(-1, *self.shape)
-        batch_count = float(batch.shape[0])
-        if batch_count == 0:
+        batch_count = torch.tensor(float(batch.shape[0]), dtype=torch.float64, device=batch.device)
+        if batch.shape[0] == 0:
+            batch_mean = batch_var = torch.zeros(self.shape, dtype=torch.float64, device=batch.device)
+        else:
+            batch_mean, batch_var = batch.mean(dim=0), batch.var(dim=0, correction=0)
+        if gather is not None:
+            batch_count, batch_mean, batch_var = merged_moments(gather(batch_count.reshape(1)),
+                                                                gather(batch_mean.unsqueeze(0)),
+                                                                gather(batch_var.unsqueeze(0)))
+        if float(batch_count) == 0:
             return
-        batch_mean = batch.mean(dim=0)
-        batch_var = batch.var(dim=0, correction=0)
         total = self.count + batch_count
         delta = batch_mean - self.mean
         m2 = self.var * self.count + batch_var * batch_count + delta ** 2 * self.count * batch_count / total
@@ -61,3 +73,16 @@ class RunningMeanStd(nn.Module):
     def denormalize(self, values: torch.Tensor) -> torch.Tensor:
         """values * std + mean, computed in float64, returned in ``values``' dtype."""
         return (values.to(torch.float64) * self.std() + self.mean).to(values.dtype)
+
+
+def merged_moments(counts: torch.Tensor, means: torch.Tensor,
+                   variances: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Count, mean and population variance of the union of K sample sets given each one's ([K], [K, *shape],
+    [K, *shape]); a set with count 0 adds nothing."""
+    total = counts.sum()
+    if float(total) == 0:
+        return total, means[0] * 0, variances[0] * 0
+    weights = (counts / total).reshape(-1, *([1] * (means.dim() - 1)))
+    mean = (weights * means).sum(dim=0)
+    variance = (weights * (variances + (means - mean) ** 2)).sum(dim=0)
+    return total, mean, variance

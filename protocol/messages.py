@@ -108,14 +108,16 @@ REQUIRED_FIELDS: dict[MessageType, dict[str, type]] = {
 #: msgpack-native) so that additive changes stay compatible.
 OPTIONAL_FIELDS: dict[MessageType, dict[str, type]] = {
     MessageType.REGISTER: {"metrics_address": str},
-    MessageType.REGISTERED: {"token": str},
+    MessageType.REGISTERED: {"token": str, "data_endpoints": list},
     MessageType.HEARTBEAT: {"env_error": dict},
-    MessageType.HEARTBEAT_ACK: {"run_id": str},
+    MessageType.HEARTBEAT_ACK: {"run_id": str, "data_endpoints": list},
     MessageType.ROWS: {"episode_stats": dict, "env_restarts": int, "host_stats": dict, "token": str},
     MessageType.BYE: {"reason": str},
 }
 """``REGISTERED.token``: a secret the learner hands one registration; the host sends it back in every ROWS
-message, and the learner drops rows whose token no registered host holds. ``BYE.reason``: why a host leaves
+message, and the learner drops rows whose token no registered host holds. ``data_endpoints`` (REGISTERED,
+HEARTBEAT_ACK): with several learner ranks, the data sockets this host pushes rows to (``tcp://*:PORT`` meaning the
+learner's own address); a host without the field pushes to ``data_endpoint``. ``BYE.reason``: why a host leaves
 when it is not a clean stop (e.g. a worker that crashes in a loop); absent for a normal goodbye."""
 
 
