@@ -33,7 +33,7 @@ Where a rank-local choice necessarily differs from the single-process one:
   row is in it on both sides and the updates agree; the equality test uses that setting.
 - **Summation order.** Sums over ranks add partial sums, so results match to float tolerance, not bit for bit.
 - **Observation normalisation** (``model.obs_norm``, updated in ``learner/ppo_algorithm.py`` before the update)
-  merges only the rank's own observations: with it on, the ranks' statistics drift apart. Not handled yet.
+  merges every rank's count, mean and variance (gathered), exactly as one process merging all the observations.
 - **Equal shares.** The rank plan gives every rank the same number of rows; ``gather`` needs it.
 """
 
