@@ -165,3 +165,26 @@ def test_a_killed_rank_ends_the_run_cleanly_naming_it(ranked):
     assert f"learner: stopped (learner rank 1 (pid {pid}) has ended)" in out  # rank 0 names the rank
     assert "no final checkpoint (update" in out  # the update it cut short is not checkpointed half-done
     ranked.assert_clean()
+
+
+def test_a_batch_that_does_not_split_over_the_ranks_stops_every_rank_with_the_numbers(tmp_path):
+    """Each rank checks the rank plan before it joins the others: one line with the numbers, exit 2."""
+    env = {**os.environ, "WORLD_SIZE": "3", "RANK": "0"}
+    done = subprocess.run([sys.executable, "-m", "learner", "--config", "configs/cartpole.yaml", "--run-dir",
+                           str(tmp_path / "run")], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.strip() == ("python -m learner: error: segments (512) must be divisible by the learner ranks "
+                                   "(3) so every rank holds the same share: remainder 2; change trainer.batch_size "
+                                   "or the rank count")
+    assert not (tmp_path / "run").exists()
+
+
+def test_coma_under_several_ranks_is_a_config_error(tmp_path):
+    """COMA keeps one learner process for now: under torchrun it is refused with a message saying so."""
+    port = free_ports(4 + RANKS)
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                           f"--nproc-per-node={RANKS}", "-m", "learner", "--config", "configs/coma_spread.yaml",
+                           "--run-dir", str(tmp_path / "run"), "--set", f"network.port={port}"], cwd=REPO,
+                          capture_output=True, text=True, timeout=180)
+    assert done.returncode != 0
+    assert "trainer.algorithm 'coma' runs on one learner process" in done.stderr
