@@ -112,16 +112,21 @@ class HostRouting:
             self._ranks[host] = ranks
 
     def _narrow_gaps(self, loads: list[float]) -> None:
-        """Move hosts from the most to the least loaded rank while a move narrows their gap (each move lowers the
-        sum of squared loads, so this ends)."""
+        """Move hosts to the least loaded rank while one from any rank narrows that rank's gap to it (each move lowers
+        the sum of squared loads, so this ends; no rank stays without a host while another has two)."""
         while True:
-            high, low = loads.index(max(loads)), loads.index(min(loads))
-            gap = loads[high] - loads[low]
-            movable = [host for host, ranks in self._ranks.items() if ranks == (high,) and self._agents[host] < gap]
-            if not movable:
+            low = loads.index(min(loads))
+            best: tuple[float, Hashable, int] | None = None
+            for host, ranks in self._ranks.items():
+                if len(ranks) != 1 or ranks[0] == low:
+                    continue
+                gap = loads[ranks[0]] - loads[low]
+                if self._agents[host] < gap and (best is None or abs(gap / 2 - self._agents[host]) < best[0]):
+                    best = (abs(gap / 2 - self._agents[host]), host, ranks[0])
+            if best is None:
                 return
-            host = min(movable, key=lambda name: abs(gap / 2 - self._agents[name]))
+            _, host, rank = best
             self._ranks[host] = (low,)
-            loads[high] -= self._agents[host]
+            loads[rank] -= self._agents[host]
             loads[low] += self._agents[host]
             self.moves += 1
