@@ -17,6 +17,10 @@ from dataclasses import dataclass
 from configs.plan import BatchPlan, PlanError, make_plan
 from configs.schema import TrainerSection
 
+COMA_ON_RANKS = ("trainer.algorithm 'coma' runs on one learner process; start it with python -m learner, not torchrun "
+                 "with several ranks")
+"""Why a COMA run refuses K > 1 learner ranks (its replay buffer and critic are one process's)."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class RankPlan:
@@ -24,6 +28,8 @@ class RankPlan:
 
     world_size: int
     """Learner ranks K (torchrun's WORLD_SIZE)."""
+    horizon: int
+    """Steps per row (trainer.bptt_horizon): rows times this is transitions."""
     run: BatchPlan
     """The plan of the whole batch, as one learner process would run it."""
     rank: BatchPlan
@@ -31,10 +37,12 @@ class RankPlan:
     minibatch (same number of minibatches, so every rank takes the same optimizer steps)."""
 
     def as_dict(self) -> dict[str, int]:
-        """The per-rank quantities ``--plan`` shows next to the run's."""
-        return {"world_size": self.world_size, "rank_segments": self.rank.segments,
+        """The per-rank quantities ``--plan --ranks K`` shows after the run's: rows and transitions of one rank's
+        batch and of its share of each minibatch."""
+        return {"ranks": self.world_size, "rank_segments": self.rank.segments,
+                "rank_batch_size": self.rank.segments * self.horizon,
                 "rank_minibatch_segments": self.rank.minibatch_segments,
-                "num_minibatches": self.rank.num_minibatches}
+                "rank_minibatch_size": self.rank.minibatch_segments * self.horizon}
 
 
 def make_rank_plan(trainer: TrainerSection, *, num_agents: int, world_size: int,
@@ -43,11 +51,13 @@ def make_rank_plan(trainer: TrainerSection, *, num_agents: int, world_size: int,
     the batch or its minibatches do not split evenly over the ranks."""
     if world_size < 1:
         raise PlanError(f"the learner world size (ranks) must be >= 1, got {world_size}")
+    if world_size > 1 and trainer.algorithm == "coma":
+        raise PlanError(COMA_ON_RANKS)
     run = make_plan(trainer, num_agents=num_agents, num_workers=num_workers)
     _check_rank_constraints(run, world_size=world_size)
     rank = dataclasses.replace(run, segments=run.segments // world_size,
                                minibatch_segments=run.minibatch_segments // world_size)
-    return RankPlan(world_size=world_size, run=run, rank=rank)
+    return RankPlan(world_size=world_size, horizon=trainer.bptt_horizon, run=run, rank=rank)
 
 
 def _check_rank_constraints(run: BatchPlan, *, world_size: int) -> None:

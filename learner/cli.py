@@ -60,6 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--print-config", action="store_true",
                         help="print the resolved config (defaults, --config, --set) as YAML and exit")
     parser.add_argument("--json", action="store_true", help="with --plan: print it as one JSON object")
+    parser.add_argument("--ranks", type=int, default=None, metavar="K",
+                        help="with --plan: add one rank's share of the batch for K data-parallel learner ranks "
+                             "(default: torchrun's WORLD_SIZE, else 1)")
     parser.add_argument("--run-dir", type=Path, default=None, help="run directory (default: runs/<name>-<time>)")
     parser.add_argument("--resume", action="store_true", help="continue the run in --run-dir from its last checkpoint")
     progress = parser.add_mutually_exclusive_group()
@@ -126,6 +129,10 @@ def main(argv: list[str] | None = None) -> int:
     args.overrides = [*args.overrides, *selfplay_overrides(args), *curve_overrides(args)]
     if args.json and not args.plan:
         return _fail("--json only goes with --plan")
+    if args.ranks is not None and not args.plan:
+        return _fail("--ranks only goes with --plan (a training run takes its ranks from torchrun --nproc-per-node)")
+    if args.ranks is not None and args.ranks < 1:
+        return _fail(f"--ranks must be >= 1, got {args.ranks}")
     try:
         if args.resume:
             if args.config is not None:
@@ -142,6 +149,10 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.plan:
             rows = plan_rows(plan, config)
+            plan_ranks = world_size if args.ranks is None else args.ranks
+            if plan_ranks > 1:
+                rows.update(make_rank_plan(config.trainer, num_agents=config.env.num_agents,
+                                           world_size=plan_ranks).as_dict())
             print(json.dumps(rows) if args.json else format_plan(rows))
             return 0
         curve = learner_curve(config.network, insecure=args.insecure)

@@ -54,7 +54,7 @@ from learner.rank_link import RankLink
 from learner.rank_lockstep import LeaderLockstep, RankWaits, rank_wait_metrics
 from learner.ranks import RankContext, announce_endpoint, gather_endpoints
 from learner.reducer import SINGLE_PROCESS, Reducer
-from configs.rank_plan import make_rank_plan
+from configs.rank_plan import COMA_ON_RANKS, make_rank_plan
 from learner.ppo_algorithm import PPO
 from learner.run_record import write_run_record
 from learner.stop_rules import check_stop_rules
@@ -88,8 +88,7 @@ def make_algorithm(config: RunConfig, spec: EnvSpec, plan: BatchPlan, *, device:
     ConfigError otherwise). ``seed``: run.seed + the update the run starts at; ``reducer`` and ``plan``: a
     data-parallel learner rank's collectives and share of the batch."""
     if config.trainer.algorithm == "coma" and reducer.world_size > 1:
-        raise ConfigError("trainer.algorithm 'coma' runs on one learner process; start it with python -m learner, "
-                          "not torchrun with several ranks")
+        raise ConfigError(COMA_ON_RANKS)
     if config.trainer.algorithm == "coma":
         try:
             return ComaLearner(spec=spec, section=config.coma, device=device, seed=seed)
