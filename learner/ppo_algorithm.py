@@ -22,6 +22,7 @@ from learner.algorithm import Algorithm
 from learner.batch import RowBatch
 from learner.checkpoint import LearnedState
 from learner.entropy_control import EntropyControl
+from learner.input_health import batch_frozen_fraction
 from learner.losses import minibatch_losses
 from learner.ppo import ppo_update
 from learner.reducer import SINGLE_PROCESS, Reducer
@@ -89,6 +90,9 @@ class PPO(Algorithm):
                              schedule=schedule, generator=self.generator, reference=self.reference,
                              loss_fn=self.loss_fn, value_normalizer=self.value_normalizer, reducer=self.reducer)
         self._refresh_reference(updates_done=update_index + 1)
+        frozen = batch_frozen_fraction(self.policy, batch.obs, batch.dones, batch.states)
+        if frozen is not None:  # input health (learner/input_health.py): how much of the first layer is stuck
+            metrics["first_layer_frozen_frac"] = frozen
         if self.entropy_control is not None:
             metrics["ent_coef_scheduled"] = scheduled_ent_coef
             metrics["ent_coef_multiplier"] = float(self.entropy_control.multiplier)

@@ -43,6 +43,8 @@ UPDATE_GAUGES = {
     "explained_variance": ("sluice_explained_variance_ratio", "Explained variance of the value function."),
     "learning_rate": ("sluice_learning_rate", "Learning rate of the last update."),
     "grad_norm": ("sluice_grad_norm", "Mean gradient norm before clipping (last update)."),
+    "first_layer_frozen_frac": ("sluice_first_layer_frozen_ratio", "Fraction of the policy's first-layer "
+                                "activations that did not vary over the batch's observations (last update)."),
     "critic_loss": ("sluice_coma_critic_loss", "COMA: mean TD loss of the centralised critic (last update)."),
     "q_mean": ("sluice_coma_q_mean", "COMA: mean Q(s, u) of the replayed transitions (last update)."),
     "action_std": ("sluice_coma_action_std", "COMA: mean pre-tanh standard deviation of the actors (last update)."),

@@ -37,6 +37,7 @@ from learner.control import ControlCounts, ControlServer
 from learner.evaluation_results import EVALUATION_RESULTS, ResultsTail, evaluation_line, evaluation_metrics
 from learner.evaluator_process import EvaluatorProcess
 from learner.health import ValueHealthMonitor
+from learner.input_health import SaturationMonitor
 from learner.host_sizing import HostSizing
 from learner.ingest import Ingest, IngestSnapshot, open_ingest
 from learner.pool import SnapshotStore
@@ -154,6 +155,7 @@ class Learner:
         self.progress = ProgressLine(total_agent_steps=config.trainer.total_timesteps, mode=progress_mode,
                                      stream=sys.stdout)
         self.value_health = ValueHealthMonitor()
+        self.saturation = SaturationMonitor()
         """Warns once when the value head stops explaining returns that vary (learner/health.py)."""
         self.evaluator = EvaluatorProcess(run_dir, config.evaluation) if config.evaluation.interval_updates else None
         """The child process evaluating pool snapshots against baselines (None: evaluation.interval_updates 0)."""
@@ -443,6 +445,9 @@ class Learner:
         self.prometheus.observe_value_health(health)
         if health.warning is not None:
             LOG.warning("%s", health.warning)
+        saturation = self.saturation.observe(update_metrics.get("first_layer_frozen_frac"))
+        if saturation.warning is not None:
+            LOG.warning("%s", saturation.warning)
         self.progress.update(record)
 
     def _read_evaluations(self) -> dict[str, float]:

@@ -15,27 +15,32 @@ REPO = Path(__file__).resolve().parent.parent
 SHM = Path("/dev/shm")
 
 
-def free_port_triple() -> int:
-    """A port p with p to p+3 free on 127.0.0.1 (control, data, weights, and the learner's /metrics)."""
+def free_ports(count: int) -> int:
+    """A port p with p .. p + count - 1 free on 127.0.0.1."""
     for _ in range(200):
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             base = probe.getsockname()[1]
-        if base > 65000:
+        if base + count > 65000:
             continue
+        sockets = []
         try:
-            sockets = []
-            for port in (base, base + 1, base + 2, base + 3):
-                s = socket.socket()
-                sockets.append(s)
-                s.bind(("127.0.0.1", port))
+            for port in range(base, base + count):
+                sock = socket.socket()
+                sockets.append(sock)
+                sock.bind(("127.0.0.1", port))
             return base
         except OSError:
             continue
         finally:
-            for s in sockets:
-                s.close()
-    raise RuntimeError("no free port triple found")
+            for sock in sockets:
+                sock.close()
+    raise RuntimeError(f"no {count} free ports in a row found")
+
+
+def free_port_triple() -> int:
+    """A port p with p to p+3 free on 127.0.0.1 (control, data, weights, and the learner's /metrics)."""
+    return free_ports(4)
 
 
 def start(module: str, *args: str, log: Path) -> subprocess.Popen:

@@ -6,39 +6,15 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.processes import REPO, alive, descendants, kill_tree, metrics, shm_segments, start, wait_for
+from tests.processes import REPO, alive, descendants, free_ports, kill_tree, metrics, shm_segments, start, wait_for
 
 RANKS = 2
-
-
-def free_ports(count: int) -> int:
-    """A port p with p .. p + count - 1 free on 127.0.0.1."""
-    for _ in range(200):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            base = probe.getsockname()[1]
-        if base + count > 65000:
-            continue
-        sockets = []
-        try:
-            for port in range(base, base + count):
-                sock = socket.socket()
-                sockets.append(sock)
-                sock.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-        finally:
-            for sock in sockets:
-                sock.close()
-    raise RuntimeError("no free port range found")
 
 
 def rank_pid(torchrun: subprocess.Popen, rank: int) -> int | None:
@@ -191,3 +167,4 @@ def test_coma_under_several_ranks_is_a_config_error(tmp_path):
                           capture_output=True, text=True, timeout=180)
     assert done.returncode != 0
     assert "trainer.algorithm 'coma' runs on one learner process" in done.stderr
+    assert not (tmp_path / "run").exists()  # refused by the rank plan, before the ranks join
