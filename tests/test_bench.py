@@ -55,6 +55,30 @@ def test_ingest_bench_reports_its_ratio_and_keeps_obs_bytes() -> None:
     assert not descendants(os.getpid())
 
 
+TINY_LEARNER_BATCH = ("--set", "trainer.batch_size=256", "--set", "trainer.minibatch_size=128", "--set",
+                      "trainer.bptt_horizon=16", "--set", "trainer.update_epochs=1", "--set",
+                      "trainer.forward_pass_minibatch_target_size=4")
+"""16 rows of 16 steps in minibatches of 8 rows: two ranks hold 8 rows and draw 4 per minibatch."""
+
+
+def test_learner_update_bench_times_one_and_two_ranks() -> None:
+    records = run_bench("learner_update.py", "--ranks", "1", "--ranks", "2", "--updates", "1", "--no-compile",
+                        *TINY_LEARNER_BATCH, timeout=120)
+    assert [(r["ranks"], r["compile"]) for r in records] == [(1, False), (2, False)]
+    for record in records:
+        assert record["samples_per_s"] > 0 and record["rank_threads"] >= 1 and record["update_s_median"] > 0
+        assert record["segments"] == 16 and record["rank_segments"] == 16 // record["ranks"]
+    assert records[0]["rank_threads"] == os.cpu_count() and records[1]["rank_threads"] == max(1, os.cpu_count() // 2)
+    assert not descendants(os.getpid())
+
+
+def test_learner_update_bench_refuses_ranks_that_do_not_split_the_batch() -> None:
+    done = subprocess.run([sys.executable, "ops/bench/learner_update.py", "--ranks", "3", "--no-compile",
+                           *TINY_LEARNER_BATCH], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "--ranks 3: segments (16) must be divisible by the learner ranks (3)" in done.stderr
+    assert not done.stdout
+
+
 def test_curve_cost_bench_reports_both_modes_and_their_ratio() -> None:
     records = run_bench("curve_cost.py", "--message-bytes", "100000", "--seconds", "0.5")
     modes = {r["mode"]: r for r in records if "mode" in r}

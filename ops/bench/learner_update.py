@@ -3,9 +3,12 @@
 Builds a batch the shape a config implies (random observations, behaviour log-probs from the policy
 itself), then times ``ppo_update`` with and without ``torch.compile``. Prints one JSON object per
 variant. ``--encoder mlp --encoder cnn`` (or ``--encoder all``) times each observation encoder in turn
-(model.encoder; ``all``: every one the env can take). Usage: .venv/bin/python ops/bench/learner_update.py
-[--config configs/cartpole.yaml] [--device cpu|cuda] [--updates 20] [--encoder auto|mlp|cnn|tokens|all ...]
-[--set trainer.key=value ...]
+(model.encoder; ``all``: every one the env can take). ``--ranks K`` (repeatable) times the data-parallel update
+of K learner ranks on CPU (issue 15) and adds "ranks", "samples_per_s" (whole-batch transitions per second) and
+"rank_threads": K = 1 is the single-process update; K > 1 starts K real gloo processes
+(ops/bench/rank_update_worker.py), each timing its share of the batch, without the compile variant. Usage:
+PYTHONPATH=. .venv/bin/python ops/bench/learner_update.py [--config configs/cartpole.yaml] [--device cpu|cuda]
+[--updates 20] [--encoder auto|mlp|cnn|tokens|all ...] [--ranks K ...] [--no-compile] [--set trainer.key=value ...]
 """
 
 from __future__ import annotations
@@ -15,8 +18,12 @@ import json
 import os
 import platform
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -24,15 +31,21 @@ import torch
 from envs.registry import env_spec
 from envs.base import EnvSpec
 from configs.loader import ConfigError, load_config
-from configs.plan import make_plan
+from configs.plan import PlanError
+from configs.rank_plan import make_rank_plan
 from envs.rows import row_layout
 from learner.batch import BatchBuffers, RowBatch, to_batch
 from learner.losses import minibatch_losses
 from learner.ppo import ppo_update
 from learner.ppo_algorithm import make_optimizer
+from learner.reducer import SINGLE_PROCESS, Reducer
 from learner.schedules import schedule_for
 from policies.encoders import encoder_kind
 from policies.factory import make_policy
+
+REPO = Path(__file__).resolve().parents[2]
+RANK_WORKER = Path(__file__).with_name("rank_update_worker.py")
+"""The script one rank of a ``--ranks K`` (K > 1) timing runs."""
 
 
 def synthetic_batch(policy: torch.nn.Module, spec: EnvSpec, segments: int, horizon: int, device: torch.device,
@@ -60,23 +73,30 @@ def synthetic_batch(policy: torch.nn.Module, spec: EnvSpec, segments: int, horiz
     return to_batch(buffers, device)
 
 
-def time_updates(config, device: torch.device, updates: int, compiled: bool) -> dict:
+def time_updates(config, device: torch.device, updates: int, compiled: bool, *, reducer: Reducer = SINGLE_PROCESS,
+                 rank: int = 0) -> dict:
+    """Time ``updates`` PPO updates after two warm-up ones. With a process group's ``reducer`` this is rank ``rank``
+    of ``reducer.world_size``: the same policy on every rank, its own synthetic share of the batch (seeded by rank),
+    and every rank starting each update together."""
     torch.manual_seed(config.run.seed)
     trainer = config.trainer
     spec = env_spec(config.env)
-    plan = make_plan(trainer, num_agents=config.env.num_agents)
+    rank_plan = make_rank_plan(trainer, num_agents=config.env.num_agents, world_size=reducer.world_size)
+    plan = rank_plan.rank
     policy = make_policy(spec, config.model)
-    batch = synthetic_batch(policy, spec, plan.segments, trainer.bptt_horizon + 1, device, config.run.seed)
+    batch = synthetic_batch(policy, spec, plan.segments, trainer.bptt_horizon + 1, device, config.run.seed + rank)
     optimizer = make_optimizer(policy, trainer)
     loss_fn = torch.compile(minibatch_losses, mode=trainer.compile_mode) if compiled else minibatch_losses
-    generator = torch.Generator(device=device).manual_seed(0)
+    generator = torch.Generator(device=device).manual_seed(rank)
     times, first_s = [], 0.0
     for update in range(updates + 2):  # the first two are warm-up (compilation, allocator)
+        reducer.sum(torch.zeros(1))  # a barrier: the ranks start the update together (the identity for one process)
         if device.type == "cuda":
             torch.cuda.synchronize()
         start = time.perf_counter()
         ppo_update(policy, optimizer, batch, trainer=trainer, plan=plan,
-                   schedule=schedule_for(trainer, update, 100), generator=generator, loss_fn=loss_fn)
+                   schedule=schedule_for(trainer, update, 100), generator=generator, loss_fn=loss_fn,
+                   reducer=reducer)
         if device.type == "cuda":
             torch.cuda.synchronize()
         if update == 0:
@@ -86,7 +106,7 @@ def time_updates(config, device: torch.device, updates: int, compiled: bool) -> 
     median = statistics.median(times)
     return {"benchmark": "learner_update", "compile": compiled, "device": str(device),
             "encoder": encoder_kind(spec, config.model), "parameters": sum(p.numel() for p in policy.parameters()),
-            "segments": plan.segments, "horizon": trainer.bptt_horizon,
+            "segments": rank_plan.run.segments, "horizon": trainer.bptt_horizon,
             "gradient_steps": plan.gradient_updates_per_batch,
             "first_update_s": round(first_s, 2), "update_s_median": round(median, 4), "update_s_min": round(min(times), 4),
             "transitions_per_s": round(trainer.batch_size / median),
@@ -105,15 +125,90 @@ def main() -> None:
     parser.add_argument("--encoder", action="append", default=[], dest="encoders",
                         help="model.encoder to time (repeatable; 'all': every encoder the env can take; "
                              "default: the config's)")
+    parser.add_argument("--ranks", action="append", type=int, default=[],
+                        help="learner ranks K to time on CPU (repeatable; K > 1: K gloo processes, no compile variant)")
+    parser.add_argument("--rank-timeout-s", type=float, default=600.0,
+                        help="longest a K > 1 timing (and any one of its collectives) may take before every rank is "
+                             "killed")
     args = parser.parse_args()
     config = load_config(args.config, args.overrides)
+    for ranks in args.ranks:
+        if ranks > 1 and args.device != "cpu":
+            parser.error(f"--ranks {ranks} times gloo processes on CPU only, not --device {args.device}")
+        try:
+            make_rank_plan(config.trainer, num_agents=config.env.num_agents, world_size=ranks)
+        except PlanError as error:
+            parser.error(f"--ranks {ranks}: {error}")
     torch.set_num_threads(config.run.torch_threads)
     device = torch.device(args.device)
     variants = [False] if args.no_compile else [False, True]
     for encoder in encoders_to_time(config, args.encoders):
         encoded = replace(config, model=replace(config.model, encoder=encoder))
-        for compiled in variants:
-            print(json.dumps(time_updates(encoded, device, args.updates, compiled)), flush=True)
+        for ranks in args.ranks or [None]:
+            if ranks is not None and ranks > 1:
+                record = time_ranks(args.config, args.overrides, encoder=encoder, ranks=ranks, updates=args.updates,
+                                    timeout_s=args.rank_timeout_s)
+                print(json.dumps(record), flush=True)
+                continue
+            if ranks == 1:  # one rank gets every core, as K ranks share them (cpu_count // K threads each)
+                torch.set_num_threads(os.cpu_count() or 1)
+            for compiled in variants:
+                record = time_updates(encoded, device, args.updates, compiled)
+                print(json.dumps(record if ranks is None else with_ranks(record, ranks=1)), flush=True)
+
+
+def with_ranks(record: dict, *, ranks: int) -> dict:
+    """A timing record of ``ranks`` learner ranks with the fields that compare rank counts: whole-batch transitions
+    per second of the median update, the torch threads of one rank and the rows of one rank."""
+    return {**record, "ranks": ranks, "samples_per_s": record["transitions_per_s"],
+            "rank_threads": record["torch_threads"], "rank_segments": record["segments"] // ranks}
+
+
+def time_ranks(config_path: str, overrides: list[str], *, encoder: str, ranks: int, updates: int,
+               timeout_s: float) -> dict:
+    """Rank 0's record of ``ranks`` rank processes (RANK_WORKER) timing the data-parallel update together. A rank
+    that fails, or a run past ``timeout_s``, kills every rank and exits with their stderr."""
+    with tempfile.TemporaryDirectory(prefix="sluice-bench-ranks-") as directory:
+        folder = Path(directory)
+        threads = max(1, (os.cpu_count() or 1) // ranks)
+        env = {**os.environ, "OMP_NUM_THREADS": str(threads),
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+        settings = [arg for override in overrides for arg in ("--set", override)]
+        processes = []
+        try:
+            for rank in range(ranks):
+                command = [sys.executable, str(RANK_WORKER), "--rank", str(rank), "--world-size", str(ranks),
+                           "--init-method", f"file://{folder / 'rendezvous'}", "--timeout-s", str(timeout_s),
+                           "--threads", str(threads), "--config", config_path, "--encoder", encoder,
+                           "--updates", str(updates), *settings]
+                with open(folder / f"rank{rank}.out", "w") as out, open(folder / f"rank{rank}.err", "w") as err:
+                    processes.append(subprocess.Popen(command, cwd=REPO, env=env, stdout=out, stderr=err))
+            failure = wait_for_ranks(processes, timeout_s)
+        finally:
+            for process in processes:
+                if process.poll() is None:
+                    process.kill()
+                process.wait()
+        if failure is not None:
+            errors = "\n".join(f"rank {rank} stderr:\n{(folder / f'rank{rank}.err').read_text()[-2000:]}"
+                               for rank in range(len(processes)))
+            raise SystemExit(f"learner_update --ranks {ranks}: {failure}; every rank was stopped\n{errors}")
+        return json.loads((folder / "rank0.out").read_text())
+
+
+def wait_for_ranks(processes: list[subprocess.Popen], timeout_s: float) -> str | None:
+    """Wait until every process exited 0 (None), one exited otherwise, or ``timeout_s`` passed (what went wrong)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        statuses = [process.poll() for process in processes]
+        failed = [f"rank {rank} exited with status {status}" for rank, status in enumerate(statuses)
+                  if status not in (None, 0)]
+        if failed:
+            return ", ".join(failed)
+        if all(status == 0 for status in statuses):
+            return None
+        time.sleep(0.1)
+    return f"the ranks did not all finish within {timeout_s:g} s"
 
 
 def encoders_to_time(config, asked: list[str]) -> list[str]:
