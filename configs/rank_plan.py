@@ -15,12 +15,7 @@ import os
 from dataclasses import dataclass
 
 from configs.plan import BatchPlan, PlanError, make_plan
-from configs.schema import TrainerSection
-
-COMA_ON_RANKS = ("trainer.algorithm 'coma' runs on one learner process; start it with python -m learner, not torchrun "
-                 "with several ranks")
-"""Why a COMA run refuses K > 1 learner ranks (its replay buffer and critic are one process's)."""
-
+from configs.schema import ComaSection, TrainerSection
 
 @dataclass(frozen=True, kw_only=True)
 class RankPlan:
@@ -46,27 +41,32 @@ class RankPlan:
 
 
 def make_rank_plan(trainer: TrainerSection, *, num_agents: int, world_size: int,
-                   num_workers: int | None = None) -> RankPlan:
+                   num_workers: int | None = None, coma: ComaSection | None = None) -> RankPlan:
     """The run's plan (``make_plan``) and the share of one of ``world_size`` ranks; PlanError with the numbers when
-    the batch or its minibatches do not split evenly over the ranks."""
+    the batch or its minibatches do not split evenly over the ranks (with trainer.algorithm coma and ``coma`` given:
+    also coma.batch_size, the transitions of one gradient step, which the ranks draw in equal shares)."""
     if world_size < 1:
         raise PlanError(f"the learner world size (ranks) must be >= 1, got {world_size}")
-    if world_size > 1 and trainer.algorithm == "coma":
-        raise PlanError(COMA_ON_RANKS)
     run = make_plan(trainer, num_agents=num_agents, num_workers=num_workers)
-    _check_rank_constraints(run, world_size=world_size)
+    _check_rank_constraints(run, world_size=world_size, minibatches=trainer.algorithm != "coma")
+    if trainer.algorithm == "coma" and coma is not None and coma.batch_size % world_size != 0:
+        raise PlanError(
+            f"coma.batch_size ({coma.batch_size}) must be divisible by the learner ranks ({world_size}) so every rank "
+            f"draws the same share of a gradient step's transitions: remainder {coma.batch_size % world_size}; change "
+            f"coma.batch_size or the rank count")
     rank = dataclasses.replace(run, segments=run.segments // world_size,
                                minibatch_segments=run.minibatch_segments // world_size)
     return RankPlan(world_size=world_size, horizon=trainer.bptt_horizon, run=run, rank=rank)
 
 
-def _check_rank_constraints(run: BatchPlan, *, world_size: int) -> None:
+def _check_rank_constraints(run: BatchPlan, *, world_size: int, minibatches: bool) -> None:
+    """Rows split evenly over the ranks, and (``minibatches``: PPO's) each minibatch's rows too."""
     segments, minibatch = run.segments, run.minibatch_segments
     if segments % world_size != 0:
         raise PlanError(
             f"segments ({segments}) must be divisible by the learner ranks ({world_size}) so every rank holds "
             f"the same share: remainder {segments % world_size}; change trainer.batch_size or the rank count")
-    if minibatch % world_size != 0:
+    if minibatches and minibatch % world_size != 0:
         raise PlanError(
             f"minibatch_segments ({minibatch}) must be divisible by the learner ranks ({world_size}) so every "
             f"rank draws the same share of a minibatch: remainder {minibatch % world_size}; change "

@@ -35,3 +35,8 @@ class Algorithm(ABC):
     @abstractmethod
     def load_state_dict(self, state: LearnedState) -> None:
         """Continue from the ``state_dict()`` a checkpoint kept."""
+
+    def replicated(self) -> nn.Module:
+        """What every data-parallel learner rank must hold identically (rank 0's copy is broadcast to the others when
+        the ranks start): the policy, unless the algorithm trains more networks than it publishes."""
+        return self.policy

@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         plan = make_plan(config.trainer, num_agents=config.env.num_agents)
         world_size = torchrun_world_size()
         if world_size > 1 and not (args.plan or args.print_config):  # every rank fails alike, before joining
-            make_rank_plan(config.trainer, num_agents=config.env.num_agents, world_size=world_size)
+            make_rank_plan(config.trainer, num_agents=config.env.num_agents, world_size=world_size, coma=config.coma)
         if args.print_config:
             print(yaml.safe_dump(config_to_dict(config), sort_keys=False), end="")
             return 0
@@ -151,8 +151,7 @@ def main(argv: list[str] | None = None) -> int:
             rows = plan_rows(plan, config)
             plan_ranks = world_size if args.ranks is None else args.ranks
             if plan_ranks > 1:
-                rows.update(make_rank_plan(config.trainer, num_agents=config.env.num_agents,
-                                           world_size=plan_ranks).as_dict())
+                rows.update(rank_plan_rows(config, plan_ranks))
             print(json.dumps(rows) if args.json else format_plan(rows))
             return 0
         curve = learner_curve(config.network, insecure=args.insecure)
@@ -178,6 +177,17 @@ def main(argv: list[str] | None = None) -> int:
             return learner.run()
     except USER_ERRORS as err:
         return _fail(str(err))
+
+
+def rank_plan_rows(config: RunConfig, ranks: int) -> dict[str, int]:
+    """What ``--plan --ranks K`` adds: one rank's share of the batch, and of each PPO minibatch or COMA gradient step."""
+    rows = make_rank_plan(config.trainer, num_agents=config.env.num_agents, world_size=ranks,
+                          coma=config.coma).as_dict()
+    if config.trainer.algorithm != "coma":
+        return rows
+    rows = {key: value for key, value in rows.items() if not key.startswith("rank_minibatch")}
+    rows["rank_coma_transitions_per_gradient_step"] = config.coma.batch_size // ranks
+    return rows
 
 
 def _run_rank(args: argparse.Namespace, config: RunConfig, curve: ServerCurve | None) -> int:

@@ -32,6 +32,7 @@ from torch import nn
 from configs.schema import ComaSection
 from learner.coma_critic import CentralCritic
 from learner.coma_targets import counterfactual_advantages, soft_update, td_target
+from learner.reducer import SINGLE_PROCESS, Reducer
 from policies import tanh_gaussian
 from policies.team_actors import ComaShapes, make_team_actors
 
@@ -113,19 +114,23 @@ class Coma(nn.Module):
         return per_agent, {"advantages": advantages, "ratio": ratio.detach(), "entropy": entropy.detach(),
                            "std": log_std.detach().exp()}
 
-    def train_step(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+    def train_step(self, batch: dict[str, torch.Tensor], reducer: Reducer = SINGLE_PROCESS) -> dict[str, float]:
         """One critic step, one step of every actor and the soft updates, on a minibatch of joint transitions
-        (``transition_fields``, batched); returns this step's metrics."""
+        (``transition_fields``, batched); returns this step's metrics. With K data-parallel ranks (``reducer``) the
+        minibatch is this rank's equal share of the step's transitions: every loss is a mean over it, so the ranks'
+        averaged gradients (before clipping) are the gradients of the whole step's, and every rank takes the same step."""
         section = self.section
         critic_loss, q_taken = self.critic_loss(batch)
         self.critic_optimizer.zero_grad(set_to_none=True)
         critic_loss.backward()
+        reducer.average_gradients(self.critic.parameters())
         critic_grad = nn.utils.clip_grad_norm_(self.critic.parameters(), section.max_grad_norm, foreach=True)
         self.critic_optimizer.step()
 
         per_agent, parts = self.actor_losses(batch)  # with the critic just updated, as the seed's loop has it
         self.actor_optimizer.zero_grad(set_to_none=True)
         per_agent.sum().backward()
+        reducer.average_gradients(self.actors.parameters())
         for actor in self.actors:
             nn.utils.clip_grad_norm_(actor.parameters(), section.max_grad_norm, foreach=True)
         self.actor_optimizer.step()

@@ -35,6 +35,11 @@ Where a rank-local choice necessarily differs from the single-process one:
 - **Observation normalisation** (``model.obs_norm``, updated in ``learner/ppo_algorithm.py`` before the update)
   merges every rank's count, mean and variance (gathered), exactly as one process merging all the observations.
 - **Equal shares.** The rank plan gives every rank the same number of rows; ``gather`` needs it.
+- **COMA** (``learner/coma_learner.py``): each rank replays only its own rows' transitions (a buffer of
+  ceil(buffer_size / K)) and draws coma.batch_size / K of each gradient step from it, so a step's transitions are
+  stratified by rank; target-action and counterfactual noise is drawn per rank. The critic's and actors' gradients
+  are averaged before clipping, so every rank takes the same step; with the same transitions and no noise that is the
+  single process's step (tests/test_distributed_update.py).
 """
 
 from __future__ import annotations

@@ -84,7 +84,7 @@ class FollowerRank:
                                         reducer=ranks.reducer)
         if checkpoint is not None:
             self.algorithm.load_state_dict(checkpoint.learned)
-        ranks.reducer.broadcast_module(self.algorithm.policy)
+        ranks.reducer.broadcast_module(self.algorithm.replicated())
 
     def run(self) -> int:
         """Serve rows and update until rank 0 stops the run; returns the exit code."""

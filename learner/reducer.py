@@ -20,6 +20,8 @@ class Reducer(Protocol):
 
     world_size: int
     """Learner ranks K (1 for a single process)."""
+    rank: int
+    """This process's rank (0 for a single process)."""
 
     def sum(self, tensor: torch.Tensor) -> torch.Tensor:
         """The element-wise sum of ``tensor`` over the ranks (same shape on every rank)."""
@@ -44,6 +46,8 @@ class SingleProcessReducer:
 
     world_size: int = 1
     """Always 1."""
+    rank: int = 0
+    """Always 0."""
 
     def sum(self, tensor: torch.Tensor) -> torch.Tensor:
         """``tensor`` itself."""

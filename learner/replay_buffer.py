@@ -90,6 +90,13 @@ class ReplayBuffer:
             self.data[name][indices] = state[f"{_FIELD_PREFIX}{name}"]
         self.size, self.position = size, position
 
+    def load_share(self, state: Mapping[str, np.ndarray], *, part: int, parts: int) -> None:
+        """Add every ``parts``-th transition of a ``state_dict`` (another buffer's, of any capacity), oldest first from
+        the ``part``-th: K data-parallel ranks resuming from one saved buffer each take a disjoint share of it."""
+        fields = {name: state[f"{_FIELD_PREFIX}{name}"][part::parts] for name in self.data}
+        if len(fields[next(iter(fields))]):
+            self.add(fields)
+
     def _oldest_first(self) -> np.ndarray:
         """Indices of the stored transitions, oldest first."""
         first = (self.position - self.size) % self.capacity

@@ -55,7 +55,7 @@ from learner.rank_link import RankLink
 from learner.rank_lockstep import LeaderLockstep, RankWaits, rank_wait_metrics
 from learner.ranks import RankContext, announce_endpoint, gather_endpoints
 from learner.reducer import SINGLE_PROCESS, Reducer
-from configs.rank_plan import COMA_ON_RANKS, make_rank_plan
+from configs.rank_plan import make_rank_plan
 from learner.ppo_algorithm import PPO
 from learner.run_record import write_run_record
 from learner.stop_rules import check_stop_rules
@@ -88,11 +88,9 @@ def make_algorithm(config: RunConfig, spec: EnvSpec, plan: BatchPlan, *, device:
     """trainer.algorithm's learner: PPO (seeds/000) or COMA (seeds/004, which needs Box actions and a global state:
     ConfigError otherwise). ``seed``: run.seed + the update the run starts at; ``reducer`` and ``plan``: a
     data-parallel learner rank's collectives and share of the batch."""
-    if config.trainer.algorithm == "coma" and reducer.world_size > 1:
-        raise ConfigError(COMA_ON_RANKS)
     if config.trainer.algorithm == "coma":
         try:
-            return ComaLearner(spec=spec, section=config.coma, device=device, seed=seed)
+            return ComaLearner(spec=spec, section=config.coma, device=device, seed=seed, reducer=reducer)
         except EnvConfigError as err:
             raise ConfigError(f"env {config.env.name!r}: {err}") from err
     return PPO(spec=spec, model=config.model, trainer=config.trainer, plan=plan, device=device, minibatch_seed=seed,
@@ -104,7 +102,8 @@ def learner_plan(config: RunConfig, ranks: RankContext | None) -> BatchPlan:
     when the batch does not split over the ranks)."""
     if ranks is None:
         return make_plan(config.trainer, num_agents=config.env.num_agents)
-    return make_rank_plan(config.trainer, num_agents=config.env.num_agents, world_size=ranks.world_size).rank
+    return make_rank_plan(config.trainer, num_agents=config.env.num_agents, world_size=ranks.world_size,
+                          coma=config.coma).rank
 
 
 class Learner:
@@ -140,7 +139,7 @@ class Learner:
         if ranks is not None:  # the other ranks start from these weights (learner/follower.py does the same)
             if not resume:
                 ranks.board.set_text("resume_from", 0, "")
-            ranks.reducer.broadcast_module(self.algorithm.policy)
+            ranks.reducer.broadcast_module(self.algorithm.replicated())
         self.stop = threading.Event()
         self.stop_reason = ""
         self.exit_code = 0
@@ -271,7 +270,8 @@ class Learner:
         with binding(addresses.data):
             ingest = open_ingest(self.config, self.spec, context=context, endpoint=addresses.data.url,
                                  segments=self.plan.segments, state_size=self.algorithm.policy.state_size,
-                                 stop=threads_stop, registry=registry, curve=self.curve, observer=self.prometheus)
+                                 stop=threads_stop, registry=registry, curve=self.curve, observer=self.prometheus,
+                                 pinned=self.device.type == "cuda")
         with binding(addresses.weights):
             publisher = WeightsPublisher(context=context, endpoint=addresses.weights.url, curve=self.curve)
         try:

@@ -34,6 +34,7 @@ from learner.reducer import SINGLE_PROCESS, Reducer
 from learner.schedules import UpdateSchedule
 from learner.value_normalization import RunningMeanStd
 from policies.factory import make_policy
+from tests.distributed_coma_case import run_coma_steps
 
 TIMEOUT_EXIT = 3
 """Exit status of a rank whose collective timed out."""
@@ -98,6 +99,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--directory", type=Path, required=True)
     parser.add_argument("--timeout-s", type=float, required=True)
     parser.add_argument("--stall", action="store_true")
+    parser.add_argument("--coma", action="store_true", help="the COMA case (tests/distributed_coma_case.py)")
     args = parser.parse_args(argv)
     timeout = datetime.timedelta(seconds=args.timeout_s)
     try:
@@ -105,6 +107,14 @@ def main(argv: list[str]) -> int:
                                      rank=args.rank, world_size=args.world_size)
         if args.stall:
             time.sleep(STALL_SECONDS)
+            return 0
+        if args.coma:
+            coma, steps = run_coma_steps(load_file(str(args.directory / "coma.safetensors")), rank=args.rank,
+                                         world_size=args.world_size, reducer=reducer)
+            save_file({k: v.contiguous() for k, v in coma.state_dict().items()},
+                      str(args.directory / f"coma{args.rank}.safetensors"))
+            (args.directory / f"coma{args.rank}.json").write_text(json.dumps(steps))
+            close_learner_group()
             return 0
         case = load_file(str(args.directory / "batch.safetensors"))
         trainer = TrainerSection(**json.loads((args.directory / "trainer.json").read_text()))

@@ -4,6 +4,8 @@ buffer, and a learner loaded from it continues exactly where the first left off.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 
@@ -11,6 +13,7 @@ from configs.schema import ComaSection
 from learner.batch import to_batch
 from learner.checkpoint import TrainerState, load_checkpoint, save_checkpoint
 from learner.coma_learner import ComaLearner
+from learner.reducer import SingleProcessReducer
 from tests.test_coma_rows import SPEC, random_rows
 
 SECTION = ComaSection(batch_size=16, epochs=2, rollout_length=24, buffer_size=50, hidden_sizes=[16])
@@ -57,3 +60,27 @@ def test_a_checkpoint_keeps_the_replay_buffer_and_resumes_exactly(tmp_path) -> N
     second.update(rollout(5), update_index=3)
     for key, value in first.policy.state_dict().items():
         torch.testing.assert_close(second.policy.state_dict()[key], value, rtol=0, atol=0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankOfTwo(SingleProcessReducer):
+    """A reducer that says it is rank ``rank`` of 2 (its collectives stay the identity: no peer here)."""
+
+    world_size: int = 2
+    rank: int = 0
+
+
+def test_ranks_resume_from_a_checkpoint_with_disjoint_shares_of_its_replay(tmp_path) -> None:
+    first = ComaLearner(spec=SPEC, section=SECTION, device=CPU, seed=0)
+    for i in range(3):
+        first.update(rollout(i), update_index=i)
+    saved = first.replay.state_dict()["field.rewards"]
+    path = save_checkpoint(tmp_path, learned=first.state_dict(), state=TrainerState(update=3), keep=2)
+    shares = []
+    for rank in range(2):
+        learner = ComaLearner(spec=SPEC, section=SECTION, device=CPU, seed=rank, reducer=RankOfTwo(rank=rank))
+        assert learner.replay.capacity == 25 and learner.rank_batch_size == 8  # buffer_size and batch_size halved
+        learner.load_state_dict(load_checkpoint(path).learned)
+        shares.append(learner.replay.state_dict()["field.rewards"])
+        np.testing.assert_array_equal(shares[-1], saved[rank::2][-25:])
+    assert len(shares[0]) + len(shares[1]) == min(len(saved), 50)

@@ -14,6 +14,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from configs.schema import TrainerSection
+from learner.coma_algorithm import Coma
+from tests.distributed_coma_case import SECTION, SHAPES, make_coma_case, run_coma_steps
 from tests.distributed_update_worker import TIMEOUT_EXIT, build_learner, make_case, run_update
 
 REPO = Path(__file__).resolve().parents[1]
@@ -34,10 +36,11 @@ def trainer_settings(**overrides: object) -> dict:
 
 
 def start_rank(directory: Path, rank: int, *, world_size: int, timeout_s: float,
-               stall: bool = False) -> subprocess.Popen:
+               stall: bool = False, coma: bool = False) -> subprocess.Popen:
     command = [sys.executable, "-m", "tests.distributed_update_worker", "--rank", str(rank), "--world-size",
                str(world_size), "--init-method", f"file://{directory / 'rendezvous'}", "--directory",
-               str(directory), "--timeout-s", str(timeout_s)] + (["--stall"] if stall else [])
+               str(directory), "--timeout-s", str(timeout_s)] + (["--stall"] if stall else []) + \
+        (["--coma"] if coma else [])
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     return subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -83,6 +86,34 @@ def test_two_ranks_take_the_single_process_update(tmp_path):
     moved = [name for name, tensor in policy.state_dict().items() if not torch.equal(tensor, initial[name])]
     assert moved, "the update did not move the weights: the comparison would be vacuous"
     assert metrics["is_weight_min"] < metrics["is_weight_max"]  # prioritized: the weights use global P(i)
+
+
+def test_two_ranks_take_the_single_process_coma_steps(tmp_path):
+    """COMA under ranks: each holds half of a gradient step's transitions; its critic and actor gradients averaged
+    over the ranks give the single process's steps on all of them (critic, actors and both soft-updated targets)."""
+    case = make_coma_case(seed=5)
+    save_file(case, str(tmp_path / "coma.safetensors"))
+    processes = [start_rank(tmp_path, rank, world_size=2, timeout_s=60.0, coma=True) for rank in range(2)]
+    for status, stderr in finish(processes):
+        assert status == 0, stderr
+
+    coma, steps = run_coma_steps(case, rank=0, world_size=1)
+    expected = coma.state_dict()
+    initial = Coma(SHAPES, SECTION, seed=0, device=torch.device("cpu")).state_dict()
+    rank_steps = []
+    for rank in range(2):
+        got = load_file(str(tmp_path / f"coma{rank}.safetensors"))
+        assert got.keys() == expected.keys()
+        for name, tensor in expected.items():
+            torch.testing.assert_close(got[name], tensor, atol=1e-5, rtol=1e-5, msg=f"rank {rank}: {name}")
+        rank_steps.append(json.loads((tmp_path / f"coma{rank}.json").read_text()))
+    for step, want in enumerate(steps):  # each rank's loss is its half's mean: their average is the whole's
+        for key in ("critic_loss", "q_mean", "actor_loss_0", "actor_loss_1", "entropy", "action_std"):
+            mean = (rank_steps[0][step][key] + rank_steps[1][step][key]) / 2
+            assert mean == pytest.approx(want[key], rel=1e-4, abs=1e-5), (step, key)
+        assert rank_steps[0][step]["critic_grad_norm"] == pytest.approx(want["critic_grad_norm"], rel=1e-4)
+    for prefix in ("critic.", "actors.", "target_critic.", "target_actors."):
+        assert any(not torch.equal(t, initial[n]) for n, t in expected.items() if n.startswith(prefix)), prefix
 
 
 def test_a_rank_whose_peer_hangs_times_out(tmp_path):

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from configs.plan import PlanError, make_plan
 from configs.rank_plan import make_rank_plan
-from configs.schema import TrainerSection
+from configs.schema import ComaSection, TrainerSection
 from learner.cli import main
 
 HORIZON = 4
@@ -80,10 +80,14 @@ def test_world_size_at_least_one(world_size):
         make_rank_plan(trainer(8, 8), num_agents=1, world_size=world_size)
 
 
-def test_coma_refuses_several_ranks():
-    with pytest.raises(PlanError, match=r"trainer.algorithm 'coma' runs on one learner process"):
-        make_rank_plan(trainer(8, 8, algorithm="coma"), num_agents=1, world_size=2)
-    assert make_rank_plan(trainer(8, 8, algorithm="coma"), num_agents=1, world_size=1).rank.segments == 8
+def test_coma_gradient_steps_split_over_the_ranks():
+    coma_trainer = trainer(6, 3, algorithm="coma")  # PPO's minibatches do not apply: 3 rows need not split over 2
+    with pytest.raises(PlanError) as info:
+        make_rank_plan(coma_trainer, num_agents=1, world_size=2, coma=ComaSection(batch_size=63))
+    assert str(info.value) == ("coma.batch_size (63) must be divisible by the learner ranks (2) so every rank draws "
+                               "the same share of a gradient step's transitions: remainder 1; change coma.batch_size "
+                               "or the rank count")
+    assert make_rank_plan(coma_trainer, num_agents=1, world_size=2, coma=ComaSection(batch_size=64)).rank.segments == 3
 
 
 # ---------------------------------------------------------------- --plan --ranks K via the CLI
@@ -134,8 +138,17 @@ def test_plan_ranks_errors_with_their_numbers(capsys, monkeypatch):
     assert cli_error(capsys, [*SMALL, "--set", "trainer.minibatch_size=32", "--ranks", "4"]) == (
         "minibatch_segments (2) must be divisible by the learner ranks (4) so every rank draws the same share of a "
         "minibatch: remainder 2; change trainer.minibatch_size or the rank count")
-    assert cli_error(capsys, ["--config", "coma_spread", "--plan", "--ranks", "2"]).startswith(
-        "trainer.algorithm 'coma' runs on one learner process")
+    assert cli_error(capsys, ["--config", "coma_spread", "--plan", "--ranks", "4", "--set", "coma.batch_size=66"]) == (
+        "coma.batch_size (66) must be divisible by the learner ranks (4) so every rank draws the same share of a "
+        "gradient step's transitions: remainder 2; change coma.batch_size or the rank count")
+
+
+def test_coma_plan_shows_one_ranks_share_of_a_gradient_step(capsys, monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    rows = plan_json(capsys, ["--config", "coma_spread", "--plan", "--ranks", "2"])
+    assert (rows["rank_segments"], rows["rank_batch_size"], rows["rank_coma_transitions_per_gradient_step"]) == \
+        (40, 1000, 32)
+    assert not any(key.startswith("rank_minibatch") for key in rows)
 
 
 @pytest.mark.parametrize(("argv", "message"), [

@@ -140,3 +140,24 @@ def test_other_errors():
     state["field.obs"] = state["field.obs"].astype(np.float32)
     with pytest.raises(ValueError, match="field 'obs' is float32"):
         ReplayBuffer(4, FIELDS).load_state_dict(state)
+
+
+@settings(max_examples=40, deadline=None)
+@given(saved_capacity=st.integers(1, 20), added=st.integers(0, 45), parts=st.integers(1, 4), capacity=st.integers(1, 12))
+def test_ranks_resuming_from_one_buffer_take_disjoint_shares_of_it(saved_capacity, added, parts, capacity):
+    """load_share: rank r of K takes the saved transitions r, r + K, ... (oldest first), the newest ``capacity``."""
+    saved = ReplayBuffer(saved_capacity, FIELDS)
+    if added:
+        saved.add(transitions(0, added))
+    state = saved.state_dict()
+    ids = stored_ids(saved)
+    shares = []
+    for part in range(parts):
+        share = ReplayBuffer(capacity, FIELDS)
+        share.load_share(state, part=part, parts=parts)
+        assert stored_ids(share) == ids[part::parts][-capacity:]
+        shares.append(stored_ids(share))
+        if len(share):
+            np.testing.assert_array_equal(share.state_dict()["field.obs"][:, 0, 0], np.array(shares[-1]) % 256)
+    if capacity >= len(ids):  # room for every share: together they are the saved buffer
+        assert sorted(sum(shares, [])) == ids

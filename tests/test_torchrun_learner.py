@@ -3,6 +3,7 @@ push rows over real ZeroMQ sockets to the ranks rank 0 routes them to."""
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import signal
@@ -33,13 +34,13 @@ def rank_pid(torchrun: subprocess.Popen, rank: int) -> int | None:
 class RankedRun:
     """torchrun with two learner ranks plus actor hosts, cleaned up whatever happens."""
 
-    def __init__(self, tmp_path: Path, *overrides: str) -> None:
+    def __init__(self, tmp_path: Path, *overrides: str, config: str = "configs/cartpole.yaml") -> None:
         self.tmp = tmp_path
         self.port = free_ports(4 + RANKS)  # control, data, weights, metrics; rank 1's data at port + 4
         self.run_dir = tmp_path / "run"
         self.procs: list[subprocess.Popen] = []
         self.pids: set[int] = set()
-        args = ["--config", "configs/cartpole.yaml", "--run-dir", str(self.run_dir), "--plain",
+        args = ["--config", config, "--run-dir", str(self.run_dir), "--plain",
                 "--set", f"network.port={self.port}", *[part for o in overrides for part in ("--set", o)]]
         handle = (tmp_path / "learner.log").open("w")
         self.torchrun = subprocess.Popen(
@@ -158,13 +159,22 @@ def test_a_batch_that_does_not_split_over_the_ranks_stops_every_rank_with_the_nu
     assert not (tmp_path / "run").exists()
 
 
-def test_coma_under_several_ranks_is_a_config_error(tmp_path):
-    """COMA keeps one learner process for now: under torchrun it is refused with a message saying so."""
-    port = free_ports(4 + RANKS)
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                           f"--nproc-per-node={RANKS}", "-m", "learner", "--config", "configs/coma_spread.yaml",
-                           "--run-dir", str(tmp_path / "run"), "--set", f"network.port={port}"], cwd=REPO,
-                          capture_output=True, text=True, timeout=180)
-    assert done.returncode != 0
-    assert "trainer.algorithm 'coma' runs on one learner process" in done.stderr
-    assert not (tmp_path / "run").exists()  # refused by the rank plan, before the ranks join
+def test_coma_trains_on_two_ranks(tmp_path):
+    """COMA under torchrun: each rank keeps its host's transitions and draws half of every gradient step from them;
+    rank 0 reports the whole batch (both ranks' transitions) and the averaged losses."""
+    run = RankedRun(tmp_path, "trainer.total_timesteps=24000", "coma.epochs=2", config="configs/coma_spread.yaml")
+    try:
+        host = run.actors(1, "a1.log")
+        assert run.torchrun.wait(timeout=300) == 0, run.log()
+        assert host.wait(timeout=30) == 0, run.log("a1.log")
+        out = run.log()
+        assert "learner rank 1 of 2: data socket bound, 40 rows per batch" in out  # 80 team rows over 2 ranks
+        records = metrics(run.run_dir)
+        assert len(records) >= 2
+        for record in records:  # 2000 env steps per update, 2 epochs of ceil(2000 / 64) steps
+            assert record["transitions_added"] == 2000 and record["gradient_steps"] == 64
+            assert math.isfinite(record["critic_loss"]) and math.isfinite(record["actor_loss_0"])
+        assert list((run.run_dir / "checkpoints").glob("update_*/replay.safetensors"))
+        run.assert_clean()
+    finally:
+        run.close()
