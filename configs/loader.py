@@ -222,8 +222,8 @@ def _check_selfplay(config: RunConfig, source: str) -> None:
 
 
 def _check_coma(config: RunConfig, source: str) -> None:
-    """COMA learns from rollouts of coma.rollout_length env steps (the learner's batch), with feed-forward actors and
-    no opponents."""
+    """COMA learns from rollouts of coma.rollout_length env steps (the learner's batch), with feed-forward actors,
+    no opponents and in float32 (trainer.autocast none)."""
     if config.trainer.algorithm != "coma":
         return
     if config.trainer.batch_size != config.coma.rollout_length:
@@ -235,6 +235,9 @@ def _check_coma(config: RunConfig, source: str) -> None:
     if config.model.core != "mlp":
         raise ConfigError(f"{source}: trainer.algorithm coma runs feed-forward actors (coma.hidden_sizes); model.core "
                           f"must be mlp, got {config.model.core!r}")
+    if config.trainer.autocast != "none":
+        raise ConfigError(f"{source}: trainer.autocast {config.trainer.autocast!r} applies to PPO's update only; "
+                          f"trainer.algorithm coma trains in float32, so trainer.autocast must be none")
 
 
 def _check_evaluation(config: RunConfig, source: str) -> None:

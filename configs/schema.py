@@ -14,6 +14,7 @@ DEVICES = ("auto", "cpu", "cuda")
 SCHEDULES = ("constant", "cosine", "linear", "logarithmic")
 OPTIMIZERS = ("adam", "adamw")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
+AUTOCAST_MODES = ("none", "bf16")
 MODEL_CORES = ("mlp", "lstm")
 MODEL_ENCODERS = ("auto", "mlp", "cnn", "tokens")
 ALGORITHMS = ("ppo", "coma")
@@ -135,6 +136,9 @@ class TrainerSection:
     """torch.compile the learner's policy forward and loss."""
     compile_mode: str = "default"
     """torch.compile mode: default, reduce-overhead or max-autotune."""
+    autocast: str = "none"
+    """Mixed precision of PPO's update: none (float32) or bf16 (forward passes and losses under torch.autocast in
+    bfloat16; the weights, their gradients and the optimizer stay float32). trainer.algorithm coma needs none."""
     max_policy_lag: int = 8
     """Rows whose behaviour policy is more than this many versions old are dropped and counted."""
     target_episode_return: float | None = None
@@ -318,6 +322,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "trainer.clip_coef_schedule": SCHEDULES,
     "trainer.optimizer": OPTIMIZERS,
     "trainer.compile_mode": COMPILE_MODES,
+    "trainer.autocast": AUTOCAST_MODES,
     "model.core": MODEL_CORES,
     "model.encoder": MODEL_ENCODERS,
     "trainer.algorithm": ALGORITHMS,

@@ -41,12 +41,18 @@ class BatchBuffers:
     """Field name -> array, in ROW_FIELDS order and wire dtypes."""
     action_nvec: tuple[int, ...] = ()
     """Choices per component of the discrete actions (() for box): ``to_batch`` refuses any action outside."""
+    pinned: bool = False
+    """The arrays live in page-locked (CUDA pinned) host memory: ``to_batch`` copies them to the GPU asynchronously."""
 
     @classmethod
-    def allocate(cls, layout: RowLayout, segments: int) -> BatchBuffers:
+    def allocate(cls, layout: RowLayout, segments: int, *, pinned: bool = False) -> BatchBuffers:
         """Buffers for ``segments`` rows, holding each field's poison value until filled (every row of a
-        batch is written before the trainer reads it, so an unfilled value shows up as NaN or a marker)."""
-        return cls(arrays=layout.allocate(segments), action_nvec=layout.action_nvec)
+        batch is written before the trainer reads it, so an unfilled value shows up as NaN or a marker);
+        ``pinned``: in page-locked memory (needs CUDA), for a learner that trains on a GPU."""
+        arrays = layout.allocate(segments)
+        if pinned:  # a pinned copy of each poisoned array; the numpy view keeps its tensor alive
+            arrays = {name: torch.from_numpy(array).pin_memory().numpy() for name, array in arrays.items()}
+        return cls(arrays=arrays, action_nvec=layout.action_nvec, pinned=pinned)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,20 +92,24 @@ class RowBatch:
 def to_batch(buffers: BatchBuffers, device: torch.device) -> RowBatch:
     """Host batch -> device tensors (obs keeps its env dtype; the model casts). RuntimeError for a discrete action
     outside its range: the ingest lets none through, so this is a gap in its checks, named here rather than left to
-    surface as an index error inside the update."""
+    surface as an index error inside the update.
+
+    Pinned buffers reach a GPU by asynchronous copies, which are waited for once, at the end: the caller may hand
+    the host buffers back to be refilled as soon as this returns."""
     check_action_range(buffers)
-    pin = device.type == "cuda"
+    asynchronous = buffers.pinned and device.type == "cuda"
     tensors = {}
     for field in ROW_FIELDS:
-        tensor = torch.from_numpy(buffers.arrays[field.name])
-        if pin:
-            tensor = tensor.pin_memory()
-        tensor = tensor.to(device, non_blocking=pin)
+        tensor = torch.from_numpy(buffers.arrays[field.name]).to(device, non_blocking=asynchronous)
         if field.name in LEARNER_FLOAT:
             tensor = tensor.to(torch.float32)
         elif tensor.dtype == torch.int32:
             tensor = tensor.to(torch.int64)
         tensors[field.name] = tensor
+    if asynchronous:  # the copies read the host buffers until they end
+        copied = torch.cuda.Event()
+        copied.record(torch.cuda.current_stream(device))
+        copied.synchronize()
     return RowBatch(**tensors)
 
 

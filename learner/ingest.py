@@ -155,8 +155,9 @@ class Ingest(threading.Thread):
                  state_size: int, max_policy_lag: int, hwm: int, buffer_bytes: int, limits: Limits,
                  stop: threading.Event, registry: SenderRegistry, rows_per_message: int, max_abs_value: float,
                  curve: ServerCurve | None = None, observer: IngestObserver | None = None,
-                 team_rows: bool = False) -> None:
-        """``team_rows``: rows hold one env's agents together (COMA, ``protocol.rows``)."""
+                 team_rows: bool = False, pinned: bool = False) -> None:
+        """``team_rows``: rows hold one env's agents together (COMA, ``protocol.rows``); ``pinned``: the batch
+        buffers in page-locked host memory (needs CUDA), for a learner that trains on a GPU."""
         super().__init__(name="ingest", daemon=True)
         self.observer = observer
         self.layout = row_layout(env, horizon=horizon, state_size=state_size, team=team_rows)
@@ -173,7 +174,7 @@ class Ingest(threading.Thread):
         self.stop = stop
         self.stats = IngestStats()
         self.policy_version = 0
-        self.buffers = [BatchBuffers.allocate(self.layout, segments) for _ in range(2)]
+        self.buffers = [BatchBuffers.allocate(self.layout, segments, pinned=pinned) for _ in range(2)]
         self.free: queue.Queue[int] = queue.Queue()
         self.ready: queue.Queue[int] = queue.Queue()
         self.filled_rows = 0
@@ -395,4 +396,4 @@ def open_ingest(config: RunConfig, spec: EnvSpec, *, context: zmq.Context, endpo
                   buffer_bytes=net.socket_buffer_bytes, limits=Limits(max_message_bytes=net.max_message_bytes),
                   stop=stop, registry=registry, rows_per_message=net.rows_per_message,
                   max_abs_value=net.max_abs_value, curve=curve, observer=observer,
-                  team_rows=config.trainer.algorithm == "coma", **({"pinned": True} if pinned else {}))
+                  team_rows=config.trainer.algorithm == "coma", pinned=pinned)

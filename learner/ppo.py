@@ -16,8 +16,10 @@ from torch import nn
 from configs.plan import BatchPlan
 from configs.schema import TrainerSection
 from learner.advantage import compute_advantages
+from learner.autocast import autocast_context
 from learner.batch import RowBatch, minibatch_rows
 from learner.losses import Minibatch, minibatch_losses
+from learner.optimizer_step import step_unless_nonfinite
 from learner.reducer import SINGLE_PROCESS, Reducer
 from learner.schedules import UpdateSchedule
 from learner.value_normalization import RunningMeanStd
@@ -61,15 +63,17 @@ def ppo_update(policy: nn.Module, optimizer: torch.optim.Optimizer, batch: RowBa
                trainer: TrainerSection, plan: BatchPlan, schedule: UpdateSchedule, generator: torch.Generator,
                reference: nn.Module | None = None, loss_fn: LossFn = minibatch_losses,
                value_normalizer: RunningMeanStd | None = None,
-               reducer: Reducer = SINGLE_PROCESS) -> dict[str, float]:
+               reducer: Reducer = SINGLE_PROCESS, autocast: str = "none") -> dict[str, float]:
     """Advantages, prioritized minibatches, clipped losses, gradient steps; returns the update's metrics.
 
     ``reference`` is the KL-penalty policy (used when schedule.kl_coef > 0); ``loss_fn`` may be a compiled
     ``minibatch_losses``; ``value_normalizer`` (norm_value_targets) holds the running return statistics the value
     head predicts in (learner/value_normalization.py; updated here); ``reducer`` makes it one rank's share of a
-    data-parallel update (learner/distributed.py; ``plan`` is then the rank's plan, configs/rank_plan.py). Loss
-    statistics stay on the device until the end: one host sync per optimizer step (to skip a non-finite gradient;
-    with target_kl, one more to test the KL) and one batch of syncs per update.
+    data-parallel update (learner/distributed.py; ``plan`` is then the rank's plan, configs/rank_plan.py);
+    ``autocast`` (trainer.autocast) runs the forward passes and losses under torch.autocast (learner/autocast.py).
+    Loss statistics stay on the device until the end: a fused optimizer skips a non-finite gradient's step on the
+    device (learner/optimizer_step.py; any other optimizer costs a host sync per step), target_kl costs one sync
+    per optimizer step to test the KL, and the metrics one batch of syncs per update.
     """
     horizon = batch.dones.shape[1] - 1
     rows = minibatch_rows(batch, horizon)
@@ -81,8 +85,9 @@ def ppo_update(policy: nn.Module, optimizer: torch.optim.Optimizer, batch: RowBa
         bootstrap = torch.where(bootstrap != 0, value_normalizer.denormalize(bootstrap), bootstrap)
         old_values = value_normalizer.denormalize(old_values)
 
-    logprobs = current_logprobs(policy, rows["obs"], rows["actions"], rows["action_masks"], rows["dones"],
-                                rows["states"])
+    with autocast_context(device, autocast):
+        logprobs = current_logprobs(policy, rows["obs"], rows["actions"], rows["action_masks"], rows["dones"],
+                                    rows["states"])
     ratios = torch.exp(logprobs - rows["old_logprobs"])
     rewards = batch.rewards + trainer.gamma * bootstrap
     advantages = compute_advantages(values, rewards, batch.dones, ratios, gamma=trainer.gamma,
@@ -105,7 +110,8 @@ def ppo_update(policy: nn.Module, optimizer: torch.optim.Optimizer, batch: RowBa
     terms: list[dict[str, torch.Tensor]] = []
     sampled_weights: list[torch.Tensor] = []
     grad_norms: list[torch.Tensor] = []
-    steps = skipped = minibatch_steps = 0
+    skip_flags: list[torch.Tensor] = []
+    minibatch_steps = 0
     early_stopped = False
     optimizer.zero_grad(set_to_none=True)
     for _epoch in range(trainer.update_epochs):
@@ -119,22 +125,21 @@ def ppo_update(policy: nn.Module, optimizer: torch.optim.Optimizer, batch: RowBa
                 mb_advantages, norm_adv = (mb_advantages - gathered.mean()) / (gathered.std() + 1e-8), False
             mb = Minibatch(**{name: tensor[idx] for name, tensor in rows.items()}, advantages=mb_advantages,
                            returns=value_targets[idx], is_weights=is_weights)
-            out = loss_fn(policy, use_reference, mb, coefs, norm_adv=norm_adv,
-                          clip_vloss=trainer.clip_vloss, vf_warmup=schedule.vf_warmup)
-            (out["loss"] / accumulation).backward()  # gradients of `accumulation` minibatches are averaged
-            terms.append({k: v.detach() for k, v in out.items()})
+            with autocast_context(device, autocast):
+                out = loss_fn(policy, use_reference, mb, coefs, norm_adv=norm_adv,
+                              clip_vloss=trainer.clip_vloss, vf_warmup=schedule.vf_warmup)
+            loss = out["loss"].float()  # backward outside autocast, from a float32 loss
+            (loss / accumulation).backward()  # gradients of `accumulation` minibatches are averaged
+            terms.append({k: v.detach().float() for k, v in out.items()})
             sampled_weights.append(is_weights)
             minibatch_steps += 1
             if (minibatch + 1) % accumulation:
                 continue
             reducer.average_gradients(policy.parameters())
             grad_norm = nn.utils.clip_grad_norm_(policy.parameters(), trainer.max_grad_norm)
-            if torch.isfinite(grad_norm):  # a NaN/inf loss or gradient skips the step, never the weights
-                optimizer.step()
-                steps += 1
-                grad_norms.append(grad_norm)
-            else:
-                skipped += 1
+            # a NaN/inf loss or gradient skips the step, never the weights
+            skip_flags.append(step_unless_nonfinite(optimizer, grad_norm))
+            grad_norms.append(grad_norm)
             optimizer.zero_grad(set_to_none=True)
             if trainer.target_kl is not None and epoch_kl(terms[epoch_start:], reducer) > trainer.target_kl:
                 early_stopped = True  # CleanRL's KL early stopping: the rest of this update is skipped
@@ -147,16 +152,27 @@ def ppo_update(policy: nn.Module, optimizer: torch.optim.Optimizer, batch: RowBa
     weights = reducer.gather(torch.cat(sampled_weights))
     metrics.update(is_weight_mean=float(weights.mean()), is_weight_min=float(weights.min()),
                    is_weight_max=float(weights.max()))
-    metrics["grad_norm"] = float(torch.stack(grad_norms).mean()) if grad_norms else float("nan")
+    metrics.update(step_metrics(grad_norms, skip_flags))
     metrics["explained_variance"] = explained_variance(reducer.gather(old_values), reducer.gather(returns))
-    metrics["gradient_steps"] = float(steps)
-    metrics["skipped_steps"] = float(skipped)
     metrics["minibatch_steps"] = float(minibatch_steps)
     metrics["early_stopped"] = float(early_stopped)
     metrics.update(schedule.as_metrics())
     metrics["advantage_mean"] = float(reducer.gather(advantages).mean())
     metrics["ratio_mean"] = float(reducer.gather(ratios).mean())
     return metrics
+
+
+def step_metrics(grad_norms: list[torch.Tensor], skip_flags: list[torch.Tensor]) -> dict[str, float]:
+    """gradient_steps and skipped_steps from the optimizer steps' skip flags, and grad_norm, the mean pre-clip norm
+    of the steps taken (NaN when none was): one host sync."""
+    if not skip_flags:
+        return {"grad_norm": float("nan"), "gradient_steps": 0.0, "skipped_steps": 0.0}
+    skipped = torch.stack(skip_flags)
+    taken = skipped == 0
+    norm_sum = torch.where(taken, torch.stack(grad_norms).float(), 0.0).sum()
+    skipped_steps, norm_sum, taken_steps = torch.stack([skipped.sum(), norm_sum, taken.sum().float()]).tolist()
+    return {"grad_norm": norm_sum / taken_steps if taken_steps else float("nan"), "gradient_steps": taken_steps,
+            "skipped_steps": skipped_steps}
 
 
 def epoch_kl(epoch_terms: list[dict[str, torch.Tensor]], reducer: Reducer = SINGLE_PROCESS) -> float:

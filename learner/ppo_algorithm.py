@@ -24,6 +24,7 @@ from learner.checkpoint import LearnedState
 from learner.entropy_control import EntropyControl
 from learner.input_health import batch_frozen_fraction
 from learner.losses import minibatch_losses
+from learner.optimizer_step import fused_supported
 from learner.ppo import ppo_update
 from learner.reducer import SINGLE_PROCESS, Reducer
 from learner.schedules import schedule_for
@@ -33,10 +34,11 @@ from policies.obs_normalization import update_obs_normalizer
 
 
 def make_optimizer(policy: nn.Module, trainer: TrainerSection) -> torch.optim.Optimizer:
-    """Adam or AdamW (seeds/003) with the configured epsilon and weight decay."""
+    """Adam or AdamW (seeds/003) with the configured epsilon and weight decay; fused where the policy's device has
+    fused kernels, so a non-finite gradient's step is skipped without a host sync (learner/optimizer_step.py)."""
     kind = torch.optim.AdamW if trainer.optimizer == "adamw" else torch.optim.Adam
     return kind(policy.parameters(), lr=trainer.learning_rate, eps=trainer.adam_eps,
-                weight_decay=trainer.weight_decay)
+                weight_decay=trainer.weight_decay, fused=fused_supported(policy.parameters()))
 
 
 def zero_value_head(policy: nn.Module) -> None:
@@ -88,7 +90,8 @@ class PPO(Algorithm):
         update_obs_normalizer(self.policy, batch.obs[:, :-1], gather)  # model.obs_norm: what the forward passes read
         metrics = ppo_update(self.policy, self.optimizer, batch, trainer=self.trainer, plan=self.plan,
                              schedule=schedule, generator=self.generator, reference=self.reference,
-                             loss_fn=self.loss_fn, value_normalizer=self.value_normalizer, reducer=self.reducer)
+                             loss_fn=self.loss_fn, value_normalizer=self.value_normalizer, reducer=self.reducer,
+                             autocast=self.trainer.autocast)
         self._refresh_reference(updates_done=update_index + 1)
         frozen = batch_frozen_fraction(self.policy, batch.obs, batch.dones, batch.states)
         if frozen is not None:  # input health (learner/input_health.py): how much of the first layer is stuck

@@ -62,6 +62,7 @@ def test_updates_are_the_former_loop_calls_of_ppo_update():
         if (update + 1) % trainer.ref_update_interval == 0:
             reference.load_state_dict(policy.state_dict())
         metrics = ppo.update(batch, update_index=update)
+        assert 0.0 <= metrics.pop("first_layer_frozen_frac") <= 1.0  # the input health the algorithm adds
         assert metrics.keys() == expected.keys()
         assert all(same_number(metrics[k], expected[k]) for k in metrics), update
         assert_same(params(ppo.policy), params(policy))

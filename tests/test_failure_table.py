@@ -171,7 +171,8 @@ def test_a_non_finite_loss_skips_the_step_counts_it_and_leaves_the_weights():
     assert (result["gradient_steps"], result["skipped_steps"]) == (0.0, 4.0)
     for name, value in algorithm.policy.state_dict().items():
         assert torch.equal(value, weights[name]), name
-    assert not algorithm.optimizer.state  # Adam never stepped: no moments to carry the poison
+    for state in algorithm.optimizer.state.values():  # the fused Adam skipped every step: no moments carry poison
+        assert float(state["step"]) == 0.0 and not state["exp_avg"].any() and not state["exp_avg_sq"].any()
     clean = algorithm.update(batch, update_index=1)  # the next finite batch trains as usual
     assert (clean["gradient_steps"], clean["skipped_steps"]) == (4.0, 0.0)
     assert any(not torch.equal(v, weights[k]) for k, v in algorithm.policy.state_dict().items())
