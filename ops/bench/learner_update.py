@@ -8,7 +8,9 @@ of K learner ranks on CPU (issue 15) and adds "ranks", "samples_per_s" (whole-ba
 "rank_threads": K = 1 is the single-process update; K > 1 starts K real gloo processes
 (ops/bench/rank_update_worker.py), each timing its share of the batch, without the compile variant. Usage:
 PYTHONPATH=. .venv/bin/python ops/bench/learner_update.py [--config configs/cartpole.yaml] [--device cpu|cuda]
-[--updates 20] [--encoder auto|mlp|cnn|tokens|all ...] [--ranks K ...] [--no-compile] [--set trainer.key=value ...]
+[--updates 20] [--encoder auto|mlp|cnn|tokens|all ...] [--ranks K ...] [--no-compile] [--autocast none|bf16 ...]
+[--peak-tflops T] [--set trainer.key=value ...]. Every record has "update_gflop", one update's FLOPs (forward and
+backward matmuls and convolutions, torch's FlopCounterMode); with ``--peak-tflops`` also the compute floor.
 """
 
 from __future__ import annotations
@@ -27,12 +29,14 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
 from envs.registry import env_spec
 from envs.base import EnvSpec
 from configs.loader import ConfigError, load_config
 from configs.plan import PlanError
 from configs.rank_plan import make_rank_plan
+from configs.schema import AUTOCAST_MODES
 from envs.rows import row_layout
 from learner.batch import BatchBuffers, RowBatch, to_batch
 from learner.losses import minibatch_losses
@@ -73,11 +77,22 @@ def synthetic_batch(policy: torch.nn.Module, spec: EnvSpec, segments: int, horiz
     return to_batch(buffers, device)
 
 
+def update_flop(policy: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: RowBatch, *, trainer, plan,
+                reducer: Reducer) -> int:
+    """Floating-point operations of one uncompiled PPO update (forward and backward passes, torch's FlopCounterMode:
+    matmuls and convolutions), the work a compute floor divides by the device's peak."""
+    with FlopCounterMode(display=False) as counter:
+        ppo_update(policy, optimizer, batch, trainer=trainer, plan=plan, schedule=schedule_for(trainer, 0, 100),
+                   generator=torch.Generator(device=batch.obs.device).manual_seed(0), reducer=reducer,
+                   autocast=trainer.autocast)
+    return counter.get_total_flops()
+
+
 def time_updates(config, device: torch.device, updates: int, compiled: bool, *, reducer: Reducer = SINGLE_PROCESS,
-                 rank: int = 0) -> dict:
-    """Time ``updates`` PPO updates after two warm-up ones. With a process group's ``reducer`` this is rank ``rank``
-    of ``reducer.world_size``: the same policy on every rank, its own synthetic share of the batch (seeded by rank),
-    and every rank starting each update together."""
+                 rank: int = 0, count_flop: bool = True) -> dict:
+    """Time ``updates`` PPO updates after two warm-up ones, then count one update's FLOPs (``count_flop``). With a
+    process group's ``reducer`` this is rank ``rank`` of ``reducer.world_size``: the same policy on every rank, its
+    own synthetic share of the batch (seeded by rank), and every rank starting each update together."""
     torch.manual_seed(config.run.seed)
     trainer = config.trainer
     spec = env_spec(config.env)
@@ -96,7 +111,7 @@ def time_updates(config, device: torch.device, updates: int, compiled: bool, *, 
         start = time.perf_counter()
         ppo_update(policy, optimizer, batch, trainer=trainer, plan=plan,
                    schedule=schedule_for(trainer, update, 100), generator=generator, loss_fn=loss_fn,
-                   reducer=reducer)
+                   reducer=reducer, autocast=trainer.autocast)
         if device.type == "cuda":
             torch.cuda.synchronize()
         if update == 0:
@@ -104,7 +119,9 @@ def time_updates(config, device: torch.device, updates: int, compiled: bool, *, 
         if update >= 2:
             times.append(time.perf_counter() - start)
     median = statistics.median(times)
-    return {"benchmark": "learner_update", "compile": compiled, "device": str(device),
+    flop = update_flop(policy, optimizer, batch, trainer=trainer, plan=plan, reducer=reducer) if count_flop else None
+    return {"benchmark": "learner_update", "compile": compiled, "autocast": trainer.autocast, "device": str(device),
+            "update_gflop": None if flop is None else round(flop / 1e9, 3),
             "encoder": encoder_kind(spec, config.model), "parameters": sum(p.numel() for p in policy.parameters()),
             "segments": rank_plan.run.segments, "horizon": trainer.bptt_horizon,
             "gradient_steps": plan.gradient_updates_per_batch,
@@ -127,6 +144,11 @@ def main() -> None:
                              "default: the config's)")
     parser.add_argument("--ranks", action="append", type=int, default=[],
                         help="learner ranks K to time on CPU (repeatable; K > 1: K gloo processes, no compile variant)")
+    parser.add_argument("--autocast", action="append", default=[], choices=AUTOCAST_MODES,
+                        help="trainer.autocast to time (repeatable; default: the config's)")
+    parser.add_argument("--peak-tflops", type=float, default=None,
+                        help="the device's peak TFLOP/s for the update's dtype: adds compute_floor_s (update FLOPs / "
+                             "peak) and floor_ratio (floor / median update time)")
     parser.add_argument("--rank-timeout-s", type=float, default=600.0,
                         help="longest a K > 1 timing (and any one of its collectives) may take before every rank is "
                              "killed")
@@ -152,9 +174,20 @@ def main() -> None:
                 continue
             if ranks == 1:  # one rank gets every core, as K ranks share them (cpu_count // K threads each)
                 torch.set_num_threads(os.cpu_count() or 1)
-            for compiled in variants:
-                record = time_updates(encoded, device, args.updates, compiled)
-                print(json.dumps(record if ranks is None else with_ranks(record, ranks=1)), flush=True)
+            for autocast in args.autocast or [config.trainer.autocast]:
+                cast = replace(encoded, trainer=replace(encoded.trainer, autocast=autocast))
+                for compiled in variants:
+                    record = with_floor(time_updates(cast, device, args.updates, compiled), args.peak_tflops)
+                    print(json.dumps(record if ranks is None else with_ranks(record, ranks=1)), flush=True)
+
+
+def with_floor(record: dict, peak_tflops: float | None) -> dict:
+    """The record with its compute floor: the update's FLOPs at the device's peak, and that floor over the median."""
+    if peak_tflops is None or record["update_gflop"] is None:
+        return record
+    floor_s = record["update_gflop"] / (peak_tflops * 1e3)
+    return {**record, "peak_tflops": peak_tflops, "compute_floor_s": round(floor_s, 6),
+            "floor_ratio": round(floor_s / record["update_s_median"], 4)}
 
 
 def with_ranks(record: dict, *, ranks: int) -> dict:
