@@ -69,9 +69,10 @@ def test_cartpole_policy_is_unchanged_by_encoders(core: str) -> None:
     want_logits, want_values, want_sum = CARTPOLE_FIRST_FORWARD[core]
     np.testing.assert_allclose(logits.numpy(), want_logits, atol=1e-6)
     np.testing.assert_allclose(values.numpy(), want_values, atol=1e-6)
-    # The orthogonal init's QR rounds differently with torch's thread count (other tests change it): 1e-5 still
-    # catches any change of initialisation, which moves this sum by far more.
-    assert sum(float(t.double().sum()) for t in policy.state_dict().values()) == pytest.approx(want_sum, abs=1e-5)
+    # The orthogonal init's QR rounds differently with torch's thread count and with the CPU's BLAS kernels: over
+    # ~10k-40k parameters the sum moved by 1.4e-5 between two x86 machines. 1e-3 still catches any change of
+    # initialisation (gain, scheme or draw order), which moves this sum by order 1.
+    assert sum(float(t.double().sum()) for t in policy.state_dict().values()) == pytest.approx(want_sum, abs=1e-3)
 
 
 # --- the auto choice and config errors ----------------------------------------------------------------------------
