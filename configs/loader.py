@@ -87,6 +87,7 @@ _BOUNDS: dict[str, tuple[float | None, bool, float | None, bool]] = {
         "batch_size", "epochs", "rollout_length", "buffer_size", "hidden_sizes", "counterfactual_samples")},
     "coma.max_grad_norm": (0.0, False, None, False),
     "coma.max_importance_weight": (0.0, False, None, False),
+    "coma.max_importance_weight_negative": (0.0, False, None, False),
     "coma.entropy_coef": (0.0, True, None, False),
     "evaluation.interval_updates": (0, True, None, False),
     "evaluation.games": (2, True, None, False),
@@ -226,6 +227,10 @@ def _check_coma(config: RunConfig, source: str) -> None:
     no opponents and in float32 (trainer.autocast none)."""
     if config.trainer.algorithm != "coma":
         return
+    if config.coma.max_importance_weight_negative < config.coma.max_importance_weight:
+        raise ConfigError(f"{source}: coma.max_importance_weight_negative ({config.coma.max_importance_weight_negative}) "
+                          f"must be >= coma.max_importance_weight ({config.coma.max_importance_weight}): it lets the "
+                          f"policy go on leaving bad actions it has come to prefer, so it caps no lower")
     if config.trainer.batch_size != config.coma.rollout_length:
         raise ConfigError(f"{source}: trainer.algorithm coma collects a rollout per update: trainer.batch_size "
                           f"({config.trainer.batch_size} env steps) must equal coma.rollout_length "

@@ -12,7 +12,10 @@ One gradient step (``Coma.train_step``) on a uniform minibatch of transitions, a
    log pi_i`` is exactly the seed's ``-A_i * grad log pi_i``. On older transitions the seed's loss diverges: for a
    negative advantage it is minimised by driving ``log pi_i`` of that action to minus infinity (measured on the
    credit probe: the std collapses to 1e-9 and the loss reaches -1e18 within a few rollouts). The importance weight
-   bounds it: the gradient fades as ``pi_i`` of a bad action falls, and stops above ``c``;
+   bounds it: the gradient fades as ``pi_i`` of a bad action falls, and stops above ``c``. For a negative advantage
+   the cap is ``c_neg = coma.max_importance_weight_negative >= c`` (dual-clip PPO's second clip, Ye et al. 2020):
+   with one cap, a bad action the policy has come to prefer over the behaviour policy (``rho > c``) gets no gradient
+   at all, so nothing moves the policy off it;
 3. gradient clipping at ``max_grad_norm`` on the critic and on each actor, Adam, and a soft update by ``tau`` of the
    target critic and target actors.
 
@@ -32,6 +35,7 @@ from torch import nn
 from configs.schema import ComaSection
 from learner.coma_critic import CentralCritic
 from learner.coma_targets import counterfactual_advantages, soft_update, td_target
+from learner.optimizer_step import fused_supported
 from learner.reducer import SINGLE_PROCESS, Reducer
 from policies import tanh_gaussian
 from policies.team_actors import ComaShapes, make_team_actors
@@ -44,6 +48,16 @@ def transition_fields(shapes: ComaShapes) -> dict[str, tuple[tuple[int, ...], st
             "actions": ((n, a), "float32"), "logprobs": ((n,), "float32"), "rewards": ((n,), "float32"),
             "next_state": ((s,), "float32"),
             "next_obs": ((n, o), "float32"), "terminated": ((), "float32")}
+
+
+def importance_weights(log_ratio: torch.Tensor, advantages: torch.Tensor, cap: float,
+                       cap_negative: float) -> torch.Tensor:
+    """rho = min(pi / mu, c) where the advantage is >= 0 and min(pi / mu, c_neg) where it is negative ([B, N]; the
+    gradient flows through rho below its cap and stops above it)."""
+    ratio = log_ratio.exp()
+    if cap_negative == cap:
+        return ratio.clamp(max=cap)
+    return torch.where(advantages >= 0, ratio.clamp(max=cap), ratio.clamp(max=cap_negative))
 
 
 class Coma(nn.Module):
@@ -64,9 +78,12 @@ class Coma(nn.Module):
         self.low = torch.tensor(shapes.action_low, dtype=torch.float32, device=device)
         self.high = torch.tensor(shapes.action_high, dtype=torch.float32, device=device)
         self.noop = torch.tensor(shapes.noop_action, dtype=torch.float32, device=device)
-        self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=section.critic_lr, foreach=True)
-        # One Adam over every actor is N per-agent Adams (Adam's state and step are per parameter), in fewer calls.
-        self.actor_optimizer = torch.optim.Adam(self.actors.parameters(), lr=section.actor_lr, foreach=True)
+        # Fused Adam kernels where the device has them (one kernel per parameter tensor; on this project's CPUs a
+        # third cheaper than foreach). One Adam over every actor is N per-agent Adams (Adam's state and step are per
+        # parameter), in fewer calls.
+        fused = fused_supported(self.parameters())
+        self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=section.critic_lr, fused=fused)
+        self.actor_optimizer = torch.optim.Adam(self.actors.parameters(), lr=section.actor_lr, fused=fused)
         self.generator = torch.Generator(device=device)
         self.generator.manual_seed(seed)
 
@@ -108,7 +125,8 @@ class Coma(nn.Module):
             sampler=lambda k: self._policy_samples(mean.detach(), log_std.detach(), k))
         advantages = counterfactual.advantages
         log_probs = tanh_gaussian.log_prob(mean, log_std, batch["pre_tanh"], self.low, self.high)  # [B, N]
-        ratio = torch.exp(log_probs - batch["logprobs"]).clamp(max=section.max_importance_weight)
+        ratio = importance_weights(log_probs - batch["logprobs"], advantages, section.max_importance_weight,
+                                   section.max_importance_weight_negative)
         entropy = tanh_gaussian.gaussian_entropy(log_std)  # [B, N]
         per_agent = -(advantages * ratio).mean(dim=0) - section.entropy_coef * entropy.mean(dim=0)  # [N]
         return per_agent, {"advantages": advantages, "ratio": ratio.detach(), "entropy": entropy.detach(),

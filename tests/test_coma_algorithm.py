@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from configs.loader import load_config
-from learner.coma_algorithm import Coma, ComaShapes, transition_fields
+from learner.coma_algorithm import Coma, ComaShapes, importance_weights, transition_fields
 from policies import tanh_gaussian
 
 SHAPES = ComaShapes(num_agents=3, obs_dim=4, state_dim=5, action_low=(0.0, -2.0), action_high=(1.0, 2.0),
@@ -111,3 +111,38 @@ def test_parameter_sharing_uses_one_actor_with_the_agent_id():
     mean, _ = model.heads(torch.zeros(2, 3, 4))
     assert not torch.allclose(mean[:, 0], mean[:, 1])  # the one-hot id tells the agents apart
     model.train_step(batch(model))
+
+
+@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize(("cap", "cap_negative"), [(1.0, 1.0), (1.0, 3.0), (1.5, 10.0)])
+def test_importance_weights_cap_each_sign_of_advantage_against_numpy(seed, cap, cap_negative):
+    rng = np.random.default_rng(seed)
+    log_ratio = rng.normal(0.0, 2.0, size=(64, 3))
+    advantages = rng.normal(size=(64, 3))
+    advantages[0, 0] = 0.0  # a zero advantage takes the positive cap
+    want = np.where(advantages >= 0, np.minimum(np.exp(log_ratio), cap), np.minimum(np.exp(log_ratio), cap_negative))
+    log_ratio_t = torch.tensor(log_ratio, requires_grad=True)
+    got = importance_weights(log_ratio_t, torch.tensor(advantages), cap, cap_negative)
+    np.testing.assert_allclose(got.detach().numpy(), want, rtol=1e-12)
+    got.sum().backward()  # the gradient flows below the cap (d rho / d log rho = rho) and stops above it
+    below = np.where(advantages >= 0, np.exp(log_ratio) < cap, np.exp(log_ratio) < cap_negative)
+    np.testing.assert_allclose(log_ratio_t.grad.numpy(), np.where(below, np.exp(log_ratio), 0.0), rtol=1e-12)
+
+
+def test_a_bad_action_the_policy_has_come_to_prefer_still_gets_a_gradient_under_the_negative_cap():
+    model = coma("coma.max_importance_weight_negative=4")
+    data = batch(model, seed=9)
+    stale = dict(data, logprobs=data["logprobs"] - 1.0)  # the policy now likes every replayed action e times more
+    losses, parts = model.actor_losses(stale)
+    negative = parts["advantages"] < 0
+    assert negative.any() and (~negative).any()
+    np.testing.assert_allclose(parts["ratio"][~negative].numpy(), 1.0)  # capped at c = 1
+    np.testing.assert_allclose(parts["ratio"][negative].numpy(), np.e, rtol=1e-4)  # below c_neg = 4: kept
+    assert all(p.grad is None for p in model.actors.parameters())
+    losses.sum().backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.actors.parameters())
+    one_cap = coma()  # with one cap for both signs the same stale batch moves nothing
+    one_cap.load_state_dict(model.state_dict())
+    one_losses, _ = one_cap.actor_losses(stale)
+    one_losses.sum().backward()
+    assert all(p.grad is None or p.grad.abs().sum() == 0 for p in one_cap.actors.parameters())

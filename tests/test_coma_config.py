@@ -108,3 +108,10 @@ def test_plan_shows_comas_update_not_ppos_minibatches(capsys):
     assert rows["coma_replay_capacity"] == 100_000
     assert main(["--config", "cartpole", "--plan", "--json"]) == 0
     assert "num_minibatches" in json.loads(capsys.readouterr().out)
+
+
+def test_the_negative_advantage_cap_is_never_below_the_positive_one():
+    msg = config_error("trainer.algorithm=coma", "trainer.batch_size=2000", "coma.max_importance_weight=2",
+                       "coma.max_importance_weight_negative=1.5")
+    assert "coma.max_importance_weight_negative (1.5) must be >= coma.max_importance_weight (2.0)" in msg
+    assert config_error("coma.max_importance_weight_negative=0").startswith("coma.max_importance_weight_negative:")
