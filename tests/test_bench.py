@@ -107,6 +107,7 @@ def test_coma_spread_pipeline_bench_scores_the_checkpoint_and_plots_the_curve(tm
     coma = policies["coma"]
     assert coma["mode"] == "pipeline" and coma["evaluate_error"] is None and coma["learner_exit_code"] in (0, 130)
     assert coma["episodes"] == 4 and coma["team_return_mean"] < 0 and coma["agent_steps"] > 0
+    assert coma["updates"] >= 1 and coma["update_s_median"] > 0
     assert plot.stat().st_size > 0 and plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not descendants(os.getpid())
     assert set(Path("/dev/shm").glob("sluice_*")) <= before

@@ -34,7 +34,7 @@ from envs.simple_spread import ACTION_DIM, SimpleSpreadVec, obs_dim, state_dim
 from learner.coma_algorithm import ComaShapes
 from learner.coma_serial import EpisodeLog, SerialComa, evaluate_team_return, play_team_return
 from learner.load_policy import LoadPolicyError, find_checkpoint
-from learner.plot import Curve, PlotError, draw, load_run
+from learner.plot import Curve, PlotError, draw, load_run, read_records
 from policies import tanh_gaussian
 from policies.factory import load_state_arrays
 from policies.team_actors import make_team_actors, team_shapes
@@ -118,6 +118,13 @@ def team_return_curve(run_dir: Path, seed: int) -> Curve | None:
     return Curve(label=f"COMA seed {seed}", x=run.x, mean=NUM_AGENTS * run.y, low=None, high=None)
 
 
+def update_cost(run_dir: Path) -> dict[str, float | int | None]:
+    """How many updates the run took and the median wall-clock of one (metrics.jsonl's update_s: the learner's
+    replay and gradient steps, the figure that bounds COMA on a small machine)."""
+    costs = [record["update_s"] for record in read_records(run_dir) if record.get("update_s") is not None]
+    return {"updates": len(costs), "update_s_median": round(float(np.median(costs)), 3) if costs else None}
+
+
 def pipeline_trial(seed: int, *, seconds: float, episodes: int, port: int,
                    overrides: list[str]) -> tuple[dict, Curve | None]:
     """Train one seed through the real pipeline, score its final checkpoint; its figures and learning curve."""
@@ -128,10 +135,11 @@ def pipeline_trial(seed: int, *, seconds: float, episodes: int, port: int,
         except LoadPolicyError as err:
             returns, error = [], str(err)
         curve = team_return_curve(run.run_dir, seed)
+        cost = update_cost(run.run_dir)
     agent_steps = run.agent_steps
     return {"bench": "coma_spread", "mode": "pipeline", "policy": "coma", "seed": seed, "train_s": seconds,
             "agent_steps": agent_steps, "transitions": agent_steps // NUM_AGENTS if agent_steps is not None else None,
-            "learner_exit_code": run.learner_exit_code, "episodes": len(returns),
+            **cost, "learner_exit_code": run.learner_exit_code, "episodes": len(returns),
             "team_return_mean": round(float(np.mean(returns)), 2) if returns else None,
             "evaluate_error": error}, curve
 
