@@ -280,9 +280,9 @@ class ComaSection:
     max_importance_weight: float = 1.0
     """c: the actor loss weighs a replayed action by min(pi/mu, c) (exactly the seed's gradient on fresh data;
     bounded on stale replay, where the unweighted loss diverges); learner/coma_algorithm.py says why."""
-    max_importance_weight_negative: float = 1.0
-    """c_neg >= c: the cap for actions whose advantage is negative, min(pi/mu, c_neg) (dual-clip PPO's second clip):
-    above c the policy still learns to leave a bad action it has come to prefer (1.0 = one cap for both signs)."""
+    max_importance_weight_negative: float = 3.0
+    """c_neg >= c: the cap for actions whose advantage is negative, min(pi/mu, c_neg) (dual-clip PPO's second clip, and
+    its value 3): above c the policy still learns to leave a bad action it has come to prefer (= c: one cap)."""
 
 
 @dataclass(frozen=True, kw_only=True)

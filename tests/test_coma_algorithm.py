@@ -89,7 +89,7 @@ def test_on_fresh_data_the_actor_gradient_is_the_seeds_minus_a_log_pi():
 
 
 def test_on_stale_replay_the_importance_weight_is_capped_and_fades_for_unlikely_actions():
-    model = coma("coma.max_importance_weight=1.5")
+    model = coma("coma.max_importance_weight=1.5", "coma.max_importance_weight_negative=1.5")
     data = batch(model, seed=7)
     stale = dict(data, logprobs=data["logprobs"] - torch.linspace(-30.0, 30.0, 16)[:, None])
     _, parts = model.actor_losses(stale)
@@ -141,7 +141,7 @@ def test_a_bad_action_the_policy_has_come_to_prefer_still_gets_a_gradient_under_
     assert all(p.grad is None for p in model.actors.parameters())
     losses.sum().backward()
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.actors.parameters())
-    one_cap = coma()  # with one cap for both signs the same stale batch moves nothing
+    one_cap = coma("coma.max_importance_weight_negative=1")  # one cap for both signs: the same batch moves nothing
     one_cap.load_state_dict(model.state_dict())
     one_losses, _ = one_cap.actor_losses(stale)
     one_losses.sum().backward()

@@ -32,6 +32,7 @@ def test_defaults_are_the_seeds():
     assert (coma.batch_size, coma.epochs, coma.rollout_length, coma.buffer_size) == (64, 10, 2000, 100_000)
     assert (coma.max_grad_norm, coma.entropy_coef, coma.hidden_sizes) == (0.5, 0.0, [256, 256])
     assert (coma.parameter_sharing, coma.default_action, coma.counterfactual_samples) == (False, "zero", 8)
+    assert (coma.max_importance_weight, coma.max_importance_weight_negative) == (1.0, 3.0)  # not the seed's: see README
 
 
 def test_overrides_apply():
