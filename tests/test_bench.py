@@ -113,6 +113,13 @@ def test_coma_spread_pipeline_bench_scores_the_checkpoint_and_plots_the_curve(tm
     assert set(Path("/dev/shm").glob("sluice_*")) <= before
 
 
+def test_coma_step_bench_times_a_gradient_step() -> None:
+    (record,) = run_bench("coma_step.py", "--steps", "3", "--repeats", "2", "--warmup", "1",
+                          "--set", "coma.hidden_sizes=[32, 32]", "--set", "coma.batch_size=16")
+    assert record["bench"] == "coma_step" and record["batch_size"] == 16 and record["hidden_sizes"] == [32, 32]
+    assert 0 < record["ms_per_step_best"] <= record["ms_per_step_median"] and record["fused_adam"] is True
+
+
 def test_spread_steps_bench_times_the_native_port_and_mpe2() -> None:
     records = run_bench("spread_steps.py", "--envs", "8", "--seconds", "0.2")
     assert [r["side"] for r in records] == ["native numba", "mpe2 simple_spread_v3"]

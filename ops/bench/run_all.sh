@@ -21,6 +21,7 @@ PY=.venv/bin/python
 run() { echo "== $*" >&2; "$PY" "$@" | tee -a "$out"; }
 run ops/bench/gridworld_steps.py
 run ops/bench/spread_steps.py
+run ops/bench/coma_step.py
 run ops/bench/pipeline.py
 run ops/bench/assembler_copy.py
 run ops/bench/ingest.py
