@@ -229,8 +229,8 @@ def _check_coma(config: RunConfig, source: str) -> None:
         return
     if config.coma.max_importance_weight_negative < config.coma.max_importance_weight:
         raise ConfigError(f"{source}: coma.max_importance_weight_negative ({config.coma.max_importance_weight_negative}) "
-                          f"must be >= coma.max_importance_weight ({config.coma.max_importance_weight}): it lets the "
-                          f"policy go on leaving bad actions it has come to prefer, so it caps no lower")
+                          f"must be >= coma.max_importance_weight ({config.coma.max_importance_weight}); set it to at "
+                          f"least {config.coma.max_importance_weight} (equal: one cap for both signs of advantage)")
     if config.trainer.batch_size != config.coma.rollout_length:
         raise ConfigError(f"{source}: trainer.algorithm coma collects a rollout per update: trainer.batch_size "
                           f"({config.trainer.batch_size} env steps) must equal coma.rollout_length "

@@ -115,4 +115,5 @@ def test_the_negative_advantage_cap_is_never_below_the_positive_one():
     msg = config_error("trainer.algorithm=coma", "trainer.batch_size=2000", "coma.max_importance_weight=2",
                        "coma.max_importance_weight_negative=1.5")
     assert "coma.max_importance_weight_negative (1.5) must be >= coma.max_importance_weight (2.0)" in msg
+    assert "set it to at least 2.0" in msg
     assert config_error("coma.max_importance_weight_negative=0").startswith("coma.max_importance_weight_negative:")
