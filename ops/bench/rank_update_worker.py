@@ -4,7 +4,8 @@
 
 It takes N torch threads, joins the gloo group, builds the policy every rank builds (same seed) and its own synthetic
 share of the batch (seeded by rank), and times the data-parallel ``ppo_update`` (``learner_update.time_updates``).
-Rank 0 prints the record as one JSON line. A collective timeout exits with TIMEOUT_EXIT through ``os._exit``.
+Rank 0 prints the record as one JSON line. Every rank ends through ``os._exit`` after a barrier: 0, or TIMEOUT_EXIT
+after a collective timeout.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ import sys
 from dataclasses import replace
 
 import torch
+import torch.distributed as dist
 
 from configs.loader import load_config
-from learner.distributed import CollectiveTimeout, close_learner_group, init_learner_group
+from learner.distributed import CollectiveTimeout, init_learner_group
 from learner_update import time_updates, with_ranks
 
 TIMEOUT_EXIT = 3
@@ -52,8 +54,13 @@ def main(argv: list[str]) -> int:
         os._exit(TIMEOUT_EXIT)  # the group's pending work would abort a normal interpreter exit (SIGABRT)
     if args.rank == 0:
         print(json.dumps(with_ranks(record, ranks=args.world_size)), flush=True)
-    close_learner_group()
-    return 0
+    # Every rank reaches this point before any leaves, then ends without running the group's C++ destructors: once in
+    # a CI run a rank whose peer had already torn the group down aborted at exit (SIGABRT, "terminate called without an
+    # active exception", a gloo thread still joinable), which failed the bench although its figures were printed.
+    dist.barrier()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
