@@ -100,7 +100,9 @@ def test_native_worked_example_trains(tmp_path) -> None:
 def test_env_raising_mid_run_is_restarted_and_counted(tmp_path) -> None:
     run = Run(tmp_path, "--set", "env.name=native", "--set", "env.entry_point=tests.faulty_envs:FlakyCartPole",
               "--set", "env.kwargs={fail_every: 40}", "--set", "trainer.total_timesteps=60000",
-              "--set", "trainer.target_episode_return=null")
+              "--set", "trainer.target_episode_return=null",
+              # the env error reaches the learner with the host's next heartbeat: the run lasts about a second
+              "--set", "network.heartbeat_interval_s=0.2")
     try:
         records = finish(run, run.learner(), run.actors(2))
     finally:

@@ -45,6 +45,8 @@ class RankedRun:
         handle = (tmp_path / "learner.log").open("w")
         self.torchrun = subprocess.Popen(
             [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={RANKS}",
+             # torchrun looks at its ranks every 5 s (not 0.1): a killed rank is first named by rank 0 (3 s heartbeat)
+             "--monitor-interval", "5",
              "-m", "learner", *args], cwd=REPO, stdout=handle, stderr=subprocess.STDOUT,
             env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True)
         self.procs.append(self.torchrun)
