@@ -34,7 +34,8 @@ class OpponentAlternation:
         self.started_at = env_steps
         try:
             self._draw()
-        except PoolError as err:  # keep playing the current opponents; try again next alternation
+        except (PoolError, ValueError) as err:  # a failed or bad answer (e.g. a snapshot's bytes do not match
+            # its digest): keep playing the current opponents; try again next alternation
             LOG.warning("no new opponents this alternation: %s", err)
 
     def _draw(self) -> None:

@@ -6,6 +6,10 @@ two-player games. At each alternation the host asks the opponent-pool server whi
 (``OpponentAssignment``); ``OpponentCache`` downloads each *unique* missing snapshot once and keeps a bounded
 number of them. ``Opponents.act`` then runs each opponent once on exactly the agents it controls in the
 ready envs: 16 envs with 10 unique opponents cost 10 forward passes per step, not 16.
+
+The pool server may also name a fixed baseline (``selfplay.baseline_opponents``): a digest ``baseline:<name>``
+(``configs.baselines.BASELINE_DIGEST_PREFIX``), which the cache builds here (``evaluation.arena.baseline_player``)
+instead of downloading anything.
 """
 
 from __future__ import annotations
@@ -20,7 +24,9 @@ from safetensors.numpy import load as load_safetensors
 
 from envs.base import EnvSpec
 from actors.inference import Inference
+from configs.baselines import BASELINE_DIGEST_PREFIX
 from configs.schema import ModelSection
+from evaluation.arena import Player, baseline_player
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,14 +56,38 @@ def policy_from_file(data: bytes, digest: str) -> dict[str, np.ndarray]:
     return load_safetensors(data)
 
 
+class SnapshotOpponent:
+    """A pool snapshot playing opponent seats: its policy, sampling its actions as the learner's does."""
+
+    def __init__(self, policy: Inference) -> None:
+        self.policy = policy
+
+    def act(self, obs: np.ndarray, masks: np.ndarray | None) -> np.ndarray:
+        """Sampled actions for a batch of observations (feed-forward: no recurrent state)."""
+        states = np.zeros((len(obs), self.policy.state_size), dtype=np.float32)
+        return self.policy.decide(obs, states, masks).actions
+
+
+def opponent_for(digest: str, *, build_snapshot: Callable[[str], Inference], seed: int) -> Player:
+    """The opponent a pool assignment's digest names: a fixed baseline (``baseline:<name>``) or a snapshot."""
+    if digest.startswith(BASELINE_DIGEST_PREFIX):
+        try:
+            return baseline_player(digest[len(BASELINE_DIGEST_PREFIX):], seed=seed)
+        except ValueError as err:
+            raise ValueError(f"pool assignment names an opponent this host cannot play: {err}") from err
+    return SnapshotOpponent(build_snapshot(digest))
+
+
 class OpponentCache:
-    """Snapshot policies by digest, at most ``capacity`` kept beyond those in use (least recently used go)."""
+    """Opponents by digest (snapshot policies and baselines), at most ``capacity`` kept beyond those in use (least
+    recently used go). Only snapshots are downloaded (``downloads`` counts them)."""
 
     def __init__(self, spec: EnvSpec, model: ModelSection, *, capacity: int,
                  fetch: Callable[[str], bytes], seed: int) -> None:
         self.spec, self.model, self.capacity, self.fetch, self.seed = spec, model, capacity, fetch, seed
-        self.policies: OrderedDict[str, Inference] = OrderedDict()
+        self.policies: OrderedDict[str, Player] = OrderedDict()
         self.downloads = 0
+        self.built = 0
 
     def ensure(self, digests: Iterable[str]) -> None:
         """Have every one of ``digests`` loaded, downloading each missing one once; then trim the cache."""
@@ -66,11 +96,8 @@ class OpponentCache:
             if digest in self.policies:
                 self.policies.move_to_end(digest)
                 continue
-            arrays = policy_from_file(self.fetch(digest), digest)
-            self.downloads += 1
-            policy = Inference(self.spec, self.model, seed=self.seed + self.downloads)
-            policy.load(0, arrays)
-            self.policies[digest] = policy
+            self.built += 1
+            self.policies[digest] = opponent_for(digest, build_snapshot=self._download, seed=self.seed + self.built)
         in_use = set(wanted)
         for digest in list(self.policies):
             if len(self.policies) <= max(self.capacity, len(in_use)):
@@ -78,8 +105,15 @@ class OpponentCache:
             if digest not in in_use:
                 del self.policies[digest]
 
-    def __getitem__(self, digest: str) -> Inference:
+    def __getitem__(self, digest: str) -> Player:
         return self.policies[digest]
+
+    def _download(self, digest: str) -> Inference:
+        arrays = policy_from_file(self.fetch(digest), digest)
+        self.downloads += 1
+        policy = Inference(self.spec, self.model, seed=self.seed + self.built)
+        policy.load(0, arrays)
+        return policy
 
 
 class Opponents:
@@ -128,10 +162,7 @@ class Opponents:
         actions = np.zeros((len(agent_ids), *self.cache.spec.action.shape), dtype=self.cache.spec.action.dtype)
         for digest in dict.fromkeys(digests.tolist()):
             rows = np.flatnonzero(digests == digest)
-            policy = self.cache[digest]
-            states = np.zeros((len(rows), policy.state_size), dtype=np.float32)
-            decided = policy.decide(obs[rows], states, None if masks is None else masks[rows])
-            actions[rows] = decided.actions
+            actions[rows] = self.cache[digest].act(obs[rows], None if masks is None else masks[rows])
         return actions
 
     def unique_opponents(self) -> int:

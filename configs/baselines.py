@@ -13,6 +13,9 @@ NEGAMAX_PREFIX = "negamax-"
 """A negamax baseline's name is this prefix and its search depth, e.g. ``negamax-4``."""
 BASELINE_FORMS = "random, one_ply, negamax-<depth> (depth an integer >= 1)"
 """How baseline names may look, for error messages."""
+BASELINE_DIGEST_PREFIX = "baseline:"
+"""How the pool server names a baseline opponent in an assignment's digests (``selfplay.baseline_opponents``),
+e.g. ``baseline:one_ply``; actor hosts play it themselves instead of downloading a snapshot."""
 FIXED_BASELINES = ("random", "one_ply")
 """The baselines without a parameter, weakest first."""
 

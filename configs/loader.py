@@ -220,6 +220,27 @@ def _check_selfplay(config: RunConfig, source: str) -> None:
     if config.model.core != "mlp":
         raise ConfigError(f"{source}: selfplay.enabled needs model.core: mlp (opponent snapshots keep no recurrent "
                           f"state yet), got {config.model.core!r}")
+    _check_baseline_opponents(config, source)
+
+
+def _check_baseline_opponents(config: RunConfig, source: str) -> None:
+    """selfplay.baseline_opponents: known baseline names of a two-player env, each chance in (0, 1], sum <= 1."""
+    mix = config.selfplay.baseline_opponents
+    if not mix:
+        return
+    if config.env.name not in BASELINE_ENVS:
+        raise ConfigError(f"{source}: selfplay.baseline_opponents needs an env with baselines; env.name "
+                          f"{config.env.name!r} has none (allowed: {', '.join(BASELINE_ENVS)}), or leave it empty")
+    for name, chance in mix.items():
+        if not isinstance(name, str) or baseline_strength(name) is None:
+            raise ConfigError(f"{source}: selfplay.baseline_opponents: unknown baseline {name!r}; allowed: "
+                              f"{BASELINE_FORMS}")
+        if isinstance(chance, bool) or not isinstance(chance, (int, float)) or not 0 < chance <= 1:
+            raise ConfigError(f"{source}: selfplay.baseline_opponents.{name}: the chance an env draws it must be a "
+                              f"number in (0, 1], got {chance!r}")
+    if sum(mix.values()) > 1 + 1e-9:
+        raise ConfigError(f"{source}: selfplay.baseline_opponents: the chances add up to {sum(mix.values()):g}, "
+                          f"more than 1 (what is left over is drawn from the pool)")
 
 
 def _check_coma(config: RunConfig, source: str) -> None:

@@ -226,6 +226,8 @@ class SelfPlaySection:
     """Env steps per env between redraws; an env switches to its new opponent at its next episode end."""
     cache_size: int = 16
     """Snapshots an actor host keeps loaded beyond those in use (least recently used dropped first)."""
+    baseline_opponents: dict[str, float] = field(default_factory=dict)
+    """Fixed baselines mixed into each env's draw, name -> chance (e.g. {one_ply: 0.2}); the rest from the pool."""
 
 
 @dataclass(frozen=True, kw_only=True)

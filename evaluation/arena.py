@@ -34,6 +34,7 @@ from envs.connect_four_baselines import negamax_moves, one_ply_moves, random_leg
 from envs.connect_four_negamax import check_depth
 from envs.registry import make_vec_env
 from actors.inference import Inference
+from configs.baselines import BASELINE_FORMS, NEGAMAX_PREFIX, baseline_strength
 from configs.env_config import EnvConfig
 from configs.schema import ModelSection
 
@@ -101,6 +102,18 @@ class NegamaxPlayer:
     def act(self, obs: np.ndarray, masks: np.ndarray) -> np.ndarray:
         """Negamax moves for Connect Four observations [n, 2, 6, 7]."""
         return negamax_moves(obs, masks, self.rng, depth=self.depth)
+
+
+def baseline_player(name: str, *, seed: int) -> Player:
+    """The player behind a baseline name (``configs.baselines``: random, one_ply, negamax-<depth>); ValueError for
+    any other name."""
+    if baseline_strength(name) is None:
+        raise ValueError(f"unknown baseline {name!r}; allowed: {BASELINE_FORMS}")
+    if name == "random":
+        return RandomPlayer(name, seed=seed)
+    if name == "one_ply":
+        return OnePlyPlayer(name, seed=seed)
+    return NegamaxPlayer(name, depth=int(name[len(NEGAMAX_PREFIX):]), seed=seed)
 
 
 class PolicyPlayer:

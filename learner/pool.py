@@ -29,6 +29,7 @@ import os
 import re
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -69,6 +70,16 @@ def sample_opponents(num_snapshots: int, num_envs: int, *, pool_size: int, beta:
         explore = rng.random(num_envs) < exploration
         picks[explore] = rng.integers(0, n, size=int(explore.sum()), dtype=np.int64)
     return picks
+
+
+def sample_baselines(num_envs: int, chances: Sequence[float], *, rng: np.random.Generator) -> np.ndarray:
+    """Per env, which fixed baseline it plays instead of a pool snapshot (selfplay.baseline_opponents): int64
+    positions into ``chances`` (baseline ``j`` drawn with probability ``chances[j]``), ``len(chances)`` for "a
+    pool snapshot" (probability ``1 - sum(chances)``)."""
+    cumulative = np.cumsum(np.asarray(chances, dtype=np.float64))
+    if len(cumulative) and (np.any(np.diff(cumulative, prepend=0.0) < 0) or cumulative[-1] > 1 + 1e-9):
+        raise ValueError(f"baseline chances must be >= 0 and add up to at most 1, got {list(chances)}")
+    return np.searchsorted(cumulative, rng.random(num_envs), side="right").astype(np.int64)
 
 
 def _age_weights(k: int, beta: float) -> np.ndarray:

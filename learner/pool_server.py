@@ -27,7 +27,8 @@ import numpy as np
 import zmq
 
 from configs.schema import SelfPlaySection
-from learner.pool import SnapshotStore, SnapshotStoreError, sample_opponents
+from configs.baselines import BASELINE_DIGEST_PREFIX
+from learner.pool import SnapshotStore, SnapshotStoreError, sample_baselines, sample_opponents
 from learner.pool_metrics import PoolMetrics
 from protocol import Limits, Message, MessageType, ProtocolError, decode, encode
 from protocol.bind_rule import InsecureEndpointError, server_curve_for
@@ -112,14 +113,20 @@ class PoolService:
             indices = sample_opponents(count, draws, pool_size=section.opponent_pool_size,
                                        beta=section.opponent_pool_beta,
                                        exploration=section.opponent_pool_exploration, rng=self.rng)
-            drawn, env_opponent = np.unique(np.resize(indices, num_envs), return_inverse=True)
-            digests = [self.store.snapshot(int(i)).hash for i in drawn]
+            keys = indices  # >= 0: a pool snapshot; -1 - j: the j-th of selfplay.baseline_opponents
+            names = list(section.baseline_opponents)
+            if names:  # no extra rng draw without baselines: pure self-play draws as before
+                picks = sample_baselines(draws, list(section.baseline_opponents.values()), rng=self.rng)
+                keys = np.where(picks == len(names), indices, -1 - picks)
+            drawn, env_opponent = np.unique(np.resize(keys, num_envs), return_inverse=True)
+            digests = [self.store.snapshot(int(k)).hash if k >= 0 else BASELINE_DIGEST_PREFIX + names[-1 - k]
+                       for k in drawn]
             self.alternations += 1
             self._unique.append(len(set(digests)))
             alternation = self.alternations
         return Message(type=MessageType.OPPONENTS, sender="pool",
                        fields={"alternation": alternation, "digests": digests,
-                               "indices": [int(i) for i in drawn], "num_snapshots": count},
+                               "indices": [max(int(k), -1) for k in drawn], "num_snapshots": count},
                        arrays={"env_opponent": env_opponent.astype(ENV_OPPONENT_DTYPE)})
 
     def _snapshot(self, digest: str) -> Message:
