@@ -16,7 +16,8 @@ Pairings (each played ``--episodes`` times):
 * ``round-robin``: every pair of players (snapshots and baselines).
 
 A long pool is thinned evenly to at most ``--max-snapshots`` (first and newest always kept); the output says
-which were kept. Snapshots play by SAMPLING from their policy, as in training (``--greedy``: argmax).
+which were kept. ``--kept-best`` rates instead the snapshots that evaluation during training kept as the best, each
+at the time it became the best (``<run-dir>/evaluation.jsonl``), so the plot is the kept best's curve. Snapshots play by SAMPLING from their policy, as in training (``--greedy``: argmax).
 Each pairing's seed derives from ``--seed`` and the two players' names only, so a pairing's games do not
 depend on which other pairings ran.
 
@@ -42,11 +43,12 @@ import numpy as np
 import torch
 
 from envs.registry import env_spec
-from configs.baselines import BASELINE_ENVS, BASELINE_FORMS, NEGAMAX_PREFIX, baseline_strength
+from configs.baselines import BASELINE_ENVS, BASELINE_FORMS, baseline_strength
 from configs.schema import RunConfig
 from evaluation.best_snapshot import BEST_DIR, read_best
-from evaluation.arena import (MatchOutcome, NegamaxPlayer, OnePlyPlayer, Player, PolicyPlayer, RandomPlayer,
-                              play_match)
+from evaluation.arena import MatchOutcome, Player, PolicyPlayer, baseline_player, play_match
+from learner.evaluation_results import EVALUATION_RESULTS
+from learner.jsonl import json_records
 from learner.run_dir import RunDirError, read_run_config
 from learner.pool import INDEX_NAME, Snapshot, SnapshotStore, SnapshotStoreError
 from evaluation.ratings import MatchResults, fit_ratings, plot_elo_over_snapshots, plot_win_rate_heatmap, write_tables
@@ -89,6 +91,9 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     parser.add_argument("--output-dir", type=Path, default=None, help="where to write (default <run-dir>/elo)")
     parser.add_argument("--max-snapshots", type=int, default=30,
                         help="evenly thin the pool to at most this many snapshots, first and newest kept (default 30)")
+    parser.add_argument("--kept-best", action="store_true",
+                        help="rate the snapshots that evaluation during training kept as the best (from "
+                             "<run-dir>/evaluation.jsonl), each from the time it became the best, not the thinned pool")
     parser.add_argument("--greedy", action="store_true",
                         help="snapshots take their most probable legal action instead of sampling as in training")
     parser.add_argument("--seed", type=int, default=0, help="seed of the pairings' games (default 0)")
@@ -119,7 +124,7 @@ def run(args: argparse.Namespace) -> dict:
     config = load_run_config(args.run_dir)
     store = open_pool(args.run_dir)
     torch.set_num_threads(config.run.torch_threads)
-    kept = thin_indices(len(store), args.max_snapshots)
+    kept = kept_best_indices(args.run_dir, store) if args.kept_best else thin_indices(len(store), args.max_snapshots)
     snapshots = [store.snapshot(i) for i in kept]
     names = [snapshot_name(s) for s in snapshots]
     print(f"pool: {len(store)} snapshots; kept {len(kept)} (pool indices {', '.join(map(str, kept))})")
@@ -180,15 +185,6 @@ def parse_baselines(text: str) -> tuple[str, ...]:
     return tuple(sorted(names, key=strength.__getitem__))
 
 
-def baseline_player(name: str, *, seed: int) -> Player:
-    """The player behind a baseline name from ``parse_baselines``."""
-    if name == "random":
-        return RandomPlayer(name, seed=seed)
-    if name == "one_ply":
-        return OnePlyPlayer(name, seed=seed)
-    return NegamaxPlayer(name, depth=int(name[len(NEGAMAX_PREFIX):]), seed=seed)
-
-
 def load_run_config(run_dir: Path) -> RunConfig:
     try:
         config = read_run_config(run_dir)
@@ -217,6 +213,23 @@ def open_pool(run_dir: Path) -> SnapshotStore:
     if len(store) == 0:
         raise EloError(f"the snapshot pool {root} is empty: there is nothing to rate")
     return store
+
+
+def kept_best_indices(run_dir: Path, store: SnapshotStore) -> list[int]:
+    """Pool indices of the snapshots evaluation during training kept as the best, in the order they became it
+    (each evaluation.jsonl record whose own update is its ``best_update``)."""
+    path = run_dir / EVALUATION_RESULTS
+    try:
+        records = json_records(path.read_text(errors="replace").splitlines())
+    except OSError as err:
+        raise EloError(f"--kept-best: cannot read {path} ({err.strerror or err}); it is written by evaluation "
+                       f"during training (evaluation.interval_updates > 0)") from err
+    by_hash = {snapshot.hash: snapshot.index for snapshot in store.snapshots}
+    kept = [by_hash[r["hash"]] for r in records
+            if r.get("update") is not None and r.get("update") == r.get("best_update") and r.get("hash") in by_hash]
+    if not kept:
+        raise EloError(f"--kept-best: {path} names no best snapshot that is in the pool")
+    return list(dict.fromkeys(kept))
 
 
 def thin_indices(total: int, limit: int) -> list[int]:
@@ -285,7 +298,7 @@ def _write_outputs(out_dir: Path, args: argparse.Namespace, ratings: dict[str, f
                         "wins_b": p.outcome.wins_b, "a_first": p.outcome.a_first} for p in played]
     doc["settings"] = {"run_dir": str(args.run_dir), "tournament_mode": args.tournament_mode,
                        "window_size": args.window_size, "episodes": args.episodes,
-                       "max_snapshots": args.max_snapshots, "greedy": args.greedy, "seed": args.seed,
+                       "max_snapshots": args.max_snapshots, "kept_best": args.kept_best, "greedy": args.greedy, "seed": args.seed,
                        "baselines": ",".join(baselines)}
     files = [json_path.name, csv_path.name]
     plot = plot_elo_over_snapshots(ratings, names, out_dir / "elo_over_snapshots.png",

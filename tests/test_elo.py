@@ -179,6 +179,26 @@ def test_cli_round_robin_thinning_and_default_output_dir(tmp_path, capsys):
     assert "kept 3 (pool indices 0, 2, 4)" in capsys.readouterr().out
 
 
+def test_kept_best_rates_the_snapshots_that_became_the_best(tmp_path, capsys):
+    run_dir = make_run(tmp_path / "run", 5)
+    store = SnapshotStore(run_dir / "pool")
+    best_after = {0: 0, 1: 10, 2: 10, 3: 30, 4: 30}  # snapshots 1 and 3 became the best; 2 and 4 did not
+    lines = [json.dumps({"update": 10 * k, "hash": store.snapshot(k).hash, "best_update": best_after[k]})
+             for k in range(5)]
+    (run_dir / "evaluation.jsonl").write_text("\n".join([*lines, "{torn"]) + "\n")
+    assert elo.main(["--run-dir", str(run_dir), "--kept-best", "--episodes", "10", "--baselines", "random"]) == 0
+    doc = json.loads((run_dir / "elo" / "elo.json").read_text())
+    assert [s["index"] for s in doc["snapshots"]] == [0, 1, 3] and doc["settings"]["kept_best"] is True
+    assert "kept 3 (pool indices 0, 1, 3)" in capsys.readouterr().out
+    (run_dir / "evaluation.jsonl").unlink()
+    assert elo.main(["--run-dir", str(run_dir), "--kept-best"]) == 2
+    err = capsys.readouterr().err
+    assert "--kept-best: cannot read" in err and "evaluation.interval_updates > 0" in err
+    (run_dir / "evaluation.jsonl").write_text(json.dumps({"update": 5, "hash": "0" * 64, "best_update": 5}) + "\n")
+    assert elo.main(["--run-dir", str(run_dir), "--kept-best"]) == 2
+    assert "names no best snapshot that is in the pool" in capsys.readouterr().err
+
+
 def test_pairings_and_thinning():
     names = ["s0", "s1", "s2", "s3"]
     seq = elo.pairings(names, "sequential", 2)
