@@ -157,6 +157,35 @@ def test_gridworld_seeds_bench_scores_one_seed_through_the_pipeline(tmp_path: Pa
     assert set(Path("/dev/shm").glob("sluice_*")) <= before
 
 
+C4_SMOKE_SETTINGS = ("trainer.total_timesteps=12000", "trainer.batch_size=2048", "trainer.minibatch_size=1024",
+                     "trainer.forward_pass_minibatch_target_size=32", "selfplay.snapshot_interval=1",
+                     "selfplay.alternation_steps=40", "evaluation.interval_updates=1", "evaluation.games=10",
+                     "model.hidden_size=32")
+"""A Connect Four run of a few updates that still evaluates snapshots and keeps a best one."""
+
+
+def test_connect4_strength_bench_trains_plays_the_best_and_rates_the_kept_best(tmp_path: Path) -> None:
+    before = set(Path("/dev/shm").glob("sluice_*"))
+    table, kept = tmp_path / "c4.md", tmp_path / "runs"
+    records = run_bench("connect4_strength.py", "--seeds", "1", "--seconds", "120", "--games", "20", "--elo-games",
+                        "10", "--port", str(free_port_triple()), "--markdown", str(table), "--keep-runs", str(kept),
+                        *(arg for setting in C4_SMOKE_SETTINGS for arg in ("--set", setting)), timeout=240)
+    seed, overview = records
+    assert seed["bench"] == "connect4_strength" and seed["seed"] == 1 and seed["learner_exit_code"] == 0
+    assert seed["within_cap"] and seed["agent_steps"] >= 12000 and seed["best_update"] is not None
+    assert set(seed["results"]) == {"one_ply", "negamax-4"}
+    for result in seed["results"].values():
+        assert result["wins"] + result["draws"] + result["losses"] == result["games"] == 20
+        assert result["score"] == (result["wins"] + result["draws"] / 2) / 20
+    assert seed["kept_best_elo"] and isinstance(seed["elo_never_falls"], bool)
+    assert [p["update"] for p in seed["kept_best_elo"]] == sorted(p["update"] for p in seed["kept_best_elo"])
+    assert isinstance(seed["passed"], bool) and overview["bench"] == "connect4_strength_summary"
+    assert (kept / "seed1" / "best" / "best.json").is_file() and (kept / "seed1" / "elo" / "elo.json").is_file()
+    assert table.read_text().startswith("| seed | train s | agent steps | best update |")
+    assert not descendants(os.getpid())
+    assert set(Path("/dev/shm").glob("sluice_*")) <= before
+
+
 @pytest.fixture(scope="module")
 def grid_criteria() -> ModuleType:
     """ops/bench/learning_criteria.py (ops/bench is a script folder, like ops/soak)."""

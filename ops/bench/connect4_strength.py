@@ -1,0 +1,158 @@
+"""Benchmark: how strong is the Connect Four agent that the README's self-play command trains? Issue 16's check.
+
+For each seed, the README command (``python -m learner --config selfplay_connect4`` and one actor host with the
+config's workers; ``pipeline_run.trained_run``) trains to the config's trainer.total_timesteps, stopped with SIGINT
+if it runs past ``--seconds`` (the issue's limit: 30 minutes). Then, on the run directory:
+
+* the snapshot that evaluation during training kept as the best (``<run-dir>/best/``) plays ``--games`` games
+  (seats alternating; new game seeds, not the ones evaluation during training used) against each of
+  ``--opponents`` (default one_ply and negamax-4), sampling its moves unless the config's evaluation.greedy says so;
+  its win rate and score (wins + draws / 2) per opponent are reported, with the issue's thresholds:
+  win rate >= 0.8 against one_ply, score > 0.5 against negamax-4;
+* ``python -m evaluation.elo --kept-best --tournament-mode round-robin`` rates every snapshot that was the kept
+  best (when it became the best) against each other and the baselines; the kept best's ELO curve must never fall
+  (each newer best rated at least as high as the one before).
+
+Prints one JSON line per seed and a summary line; ``--markdown FILE`` writes the table for the README;
+``--keep-runs DIR`` copies each seed's run directory (pool, best/, evaluation.jsonl, metrics.jsonl, elo/) to
+``DIR/seed<N>`` before the temporary one is removed.
+
+Usage: .venv/bin/python ops/bench/connect4_strength.py [--seeds 1 2 3] [--seconds 1800] [--games 400]
+       [--opponents one_ply negamax-4] [--elo-games 200] [--port 6500] [--set SECTION.KEY=VALUE ...]
+       [--keep-runs DIR] [--markdown FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from benchlib import emit, machine
+from pipeline_run import trained_run
+from safetensors.numpy import load_file
+
+from configs.loader import load_config, resolve_config_path
+from envs.registry import env_spec
+from evaluation import elo
+from evaluation.arena import PolicyPlayer, baseline_player, play_match
+from evaluation.best_snapshot import BEST_DIR, read_best
+
+CONFIG = "selfplay_connect4"
+WIN_RATE_VS_ONE_PLY = 0.8
+"""The issue's bar: the best snapshot wins at least this share of its games against one_ply."""
+SCORE_VS_NEGAMAX_4 = 0.5
+"""The issue's bar: the best snapshot scores (wins + draws / 2) above this against negamax-4."""
+GAME_SEED = 20261126
+"""Seed of the final games (evaluation during training uses others)."""
+
+
+def play_best(run_dir: Path, *, opponents: Sequence[str], games: int) -> dict[str, Any]:
+    """The kept best snapshot's results against each opponent (``games`` games each, seats alternating)."""
+    best = read_best(run_dir)
+    if best is None:
+        return {"best_update": None, "results": {}}
+    config = elo.load_run_config(run_dir)
+    arrays = load_file(str(run_dir / BEST_DIR / best["weights"]))
+    player = PolicyPlayer("best", env_spec(config.env), config.model, arrays, greedy=config.evaluation.greedy,
+                          seed=GAME_SEED, version=best["policy_version"])
+    results = {}
+    for name in opponents:
+        outcome = play_match(player, baseline_player(name, seed=GAME_SEED), episodes=games, env_config=config.env,
+                             seed=elo.pairing_seed(GAME_SEED, "best", name))
+        results[name] = {"wins": outcome.wins_a, "draws": outcome.draws, "losses": outcome.wins_b, "games": games,
+                         "win_rate": round(outcome.wins_a / games, 4),
+                         "score": round((outcome.wins_a + outcome.draws / 2) / games, 4)}
+    return {"best_update": best["update"], "results": results}
+
+
+def kept_best_elo(run_dir: Path, *, games: int) -> dict[str, Any]:
+    """Ratings of the snapshots that became the kept best, oldest first, and whether the curve never falls."""
+    args = elo.build_parser().parse_args(["--run-dir", str(run_dir), "--kept-best", "--tournament-mode",
+                                          "round-robin", "--episodes", str(games)])
+    try:
+        doc = elo.run(args)
+    except elo.EloError as err:
+        return {"kept_best_elo": [], "elo_never_falls": False, "elo_error": str(err)}
+    curve = [{"update": s["update"], "elo": round(s["elo"], 1)} for s in doc["snapshots"]]
+    ratings = [point["elo"] for point in curve]
+    return {"kept_best_elo": curve, "baseline_elo": {name: round(doc["ratings"][name], 1) for name in doc["baselines"]},
+            "elo_never_falls": all(b >= a for a, b in zip(ratings, ratings[1:]))}
+
+
+def trial(*, seed: int, seconds: float, port: int, overrides: Sequence[str], opponents: Sequence[str], games: int,
+          elo_games: int, total_timesteps: int, keep_runs: Path | None) -> dict[str, Any]:
+    """Train one seed with the README command and measure its kept best."""
+    started = time.monotonic()
+    with trained_run(config=CONFIG, seed=seed, seconds=seconds, port=port,
+                     overrides=[f"trainer.total_timesteps={total_timesteps}", *overrides]) as run:
+        train_s = time.monotonic() - started
+        strength = play_best(run.run_dir, opponents=opponents, games=games)
+        ratings = kept_best_elo(run.run_dir, games=elo_games) if strength["best_update"] is not None else {}
+        if keep_runs is not None and run.run_dir.is_dir():
+            shutil.copytree(run.run_dir, keep_runs / f"seed{seed}", dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns("checkpoints"))
+        record = {"bench": "connect4_strength", "seed": seed, "train_s": round(train_s, 1),
+                  "seconds_cap": seconds, "within_cap": run.learner_exit_code == 0 and train_s <= seconds,
+                  "learner_exit_code": run.learner_exit_code, "agent_steps": run.agent_steps, **strength, **ratings,
+                  "learner_error": None if strength["best_update"] is not None else run.learner_output[-1500:]}
+    results = strength["results"]
+    one_ply, negamax = results.get("one_ply"), results.get("negamax-4")
+    record["wins_80pct_vs_one_ply"] = None if one_ply is None else one_ply["win_rate"] >= WIN_RATE_VS_ONE_PLY
+    record["scores_over_50pct_vs_negamax_4"] = None if negamax is None else negamax["score"] > SCORE_VS_NEGAMAX_4
+    record["passed"] = bool(record["within_cap"] and record["wins_80pct_vs_one_ply"]
+                            and record["scores_over_50pct_vs_negamax_4"] and record.get("elo_never_falls"))
+    return record
+
+
+def markdown_table(trials: Sequence[dict[str, Any]], opponents: Sequence[str], games: int) -> str:
+    """One row per seed: training time and steps, the best's update, its results per opponent, the ELO curve."""
+    header = ["seed", "train s", "agent steps", "best update",
+              *[f"vs {name}: W-D-L (win rate, score)" for name in opponents], "kept-best ELO (update: elo)",
+              "never falls"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for t in trials:
+        cells = [str(t["seed"]), f"{t['train_s']:.0f}", f"{t['agent_steps'] or 0:,}", str(t["best_update"])]
+        for name in opponents:
+            r = t["results"].get(name)
+            cells.append("-" if r is None else
+                         f"{r['wins']}-{r['draws']}-{r['losses']} ({r['win_rate']:.3f}, {r['score']:.3f})")
+        cells.append(", ".join(f"{p['update']}: {p['elo']:.0f}" for p in t.get("kept_best_elo", [])) or "-")
+        cells.append("yes" if t.get("elo_never_falls") else "NO")
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append(f"\n{games} games per opponent, seats alternating. Machine: {machine()}.")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--seconds", type=float, default=1800.0, help="wall-clock cap per seed (the issue: 30 min)")
+    parser.add_argument("--games", type=int, default=400, help="games of the best snapshot per opponent (even)")
+    parser.add_argument("--opponents", nargs="+", default=["one_ply", "negamax-4"])
+    parser.add_argument("--elo-games", type=int, default=200, help="games per pairing of the kept-best ELO tournament")
+    parser.add_argument("--port", type=int, default=6500, help="the learner's network.port (and the next three)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help="passed to the learner, repeatable")
+    parser.add_argument("--keep-runs", type=Path, default=None, help="copy each seed's run directory here")
+    parser.add_argument("--markdown", type=Path, default=None, help="also write the results as a Markdown table")
+    args = parser.parse_args()
+    total = load_config(resolve_config_path(CONFIG), args.overrides).trainer.total_timesteps
+    trials = []
+    for seed in args.seeds:
+        trials.append(trial(seed=seed, seconds=args.seconds, port=args.port, overrides=args.overrides,
+                            opponents=args.opponents, games=args.games, elo_games=args.elo_games,
+                            total_timesteps=total, keep_runs=args.keep_runs))
+        emit(trials[-1])
+    emit({"bench": "connect4_strength_summary", "seeds": args.seeds, "seeds_passed": sum(t["passed"] for t in trials),
+          **{f"{name}_{key}": [t["results"].get(name, {}).get(key) for t in trials]
+             for name in args.opponents for key in ("win_rate", "score")}})
+    if args.markdown is not None:
+        args.markdown.write_text(markdown_table(trials, args.opponents, args.games))
+
+
+if __name__ == "__main__":
+    main()
