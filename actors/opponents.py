@@ -5,7 +5,8 @@ envs (env ``e``'s learner plays seat ``e % num_agents``), so the learner plays f
 two-player games. At each alternation the host asks the opponent-pool server which snapshot every env plays
 (``OpponentAssignment``); ``OpponentCache`` downloads each *unique* missing snapshot once and keeps a bounded
 number of them. ``Opponents.act`` then runs each opponent once on exactly the agents it controls in the
-ready envs: 16 envs with 10 unique opponents cost 10 forward passes per step, not 16.
+ready envs: 16 envs with 10 unique snapshots cost one batched forward pass per step (``actors.opponent_batch``:
+vmap over the 10 snapshots' stacked weights), not 16 and not 10.
 
 The pool server may also name a fixed baseline (``selfplay.baseline_opponents``): a digest ``baseline:<name>``
 (``configs.baselines.BASELINE_DIGEST_PREFIX``), which the cache builds here (``evaluation.arena.baseline_player``)
@@ -24,6 +25,7 @@ from safetensors.numpy import load as load_safetensors
 
 from envs.base import EnvSpec
 from actors.inference import Inference
+from actors.opponent_batch import SnapshotBatch
 from configs.baselines import BASELINE_DIGEST_PREFIX
 from configs.schema import ModelSection
 from evaluation.arena import Player, baseline_player
@@ -127,6 +129,8 @@ class Opponents:
         self.next_digests: np.ndarray | None = None
         self.waiting = np.zeros(num_envs, dtype=bool)
         self.assignment: OpponentAssignment | None = None
+        self.batch: SnapshotBatch | None = None
+        """Runs the step's snapshots as one forward pass when there are several."""
 
     def assign(self, assignment: OpponentAssignment) -> None:
         """Start an alternation. The first one applies at once; later ones reach each env at its next episode
@@ -160,9 +164,26 @@ class Opponents:
         envs = agent_ids // self.num_agents
         digests = self.env_digests[envs]
         actions = np.zeros((len(agent_ids), *self.cache.spec.action.shape), dtype=self.cache.spec.action.dtype)
+        snapshots: dict[str, np.ndarray] = {}
         for digest in dict.fromkeys(digests.tolist()):
             rows = np.flatnonzero(digests == digest)
+            opponent = self.cache[digest]
+            if isinstance(opponent, SnapshotOpponent):
+                snapshots[digest] = rows
+            else:
+                actions[rows] = opponent.act(obs[rows], None if masks is None else masks[rows])
+        if len(snapshots) == 1:
+            (digest, rows), = snapshots.items()
             actions[rows] = self.cache[digest].act(obs[rows], None if masks is None else masks[rows])
+        elif snapshots:  # one batched forward pass for all of them
+            policies = [self.cache[digest].policy.policy for digest in snapshots]
+            if self.batch is None:
+                self.batch = SnapshotBatch(policies[0].distribution, seed=self.cache.seed)
+            groups = list(snapshots.values())
+            decided = self.batch.act(list(snapshots), policies, [obs[rows] for rows in groups],
+                                     None if masks is None else [masks[rows] for rows in groups])
+            for rows, group_actions in zip(groups, decided):
+                actions[rows] = group_actions.reshape(actions[rows].shape)
         return actions
 
     def unique_opponents(self) -> int:

@@ -16,6 +16,7 @@ from actors.assembler import RowAssembler
 from envs.base import StepBuffers
 from envs.connect_four import ConnectFourVec
 from actors.inference import Inference
+from actors.opponent_batch import SnapshotBatch
 from actors.opponents import OpponentAssignment, OpponentCache, Opponents, learner_seats, policy_from_file
 from actors.pool_client import PoolClient
 from actors.recurrent_state import AgentStates
@@ -123,16 +124,18 @@ def test_seats_alternate_between_envs():
                                                           [False, False, True]]
 
 
-def test_one_forward_pass_per_unique_opponent_and_only_learner_seats_recorded(service, monkeypatch):
+def test_one_batched_forward_pass_for_all_snapshots_and_only_learner_seats_recorded(service, monkeypatch):
     num_envs = 16
     cache = OpponentCache(SPEC, MODEL, capacity=16, fetch=CountingFetch(service.store), seed=0)
     opponents = Opponents(num_envs=num_envs, num_agents=2, cache=cache)
     digests = tuple(service.store.snapshot(k % 10).hash for k in range(num_envs))  # 10 unique among 16 envs
     opponents.assign(OpponentAssignment(alternation=1, digests=digests, indices=tuple(k % 10 for k in range(16))))
-    passes = []
-    original = Inference.decide
+    passes, batched = [], []
+    original, original_batch = Inference.decide, SnapshotBatch.act
     monkeypatch.setattr(Inference, "decide", lambda self, obs, *a: passes.append((id(self), len(obs)))
                         or original(self, obs, *a))
+    monkeypatch.setattr(SnapshotBatch, "act", lambda self, digests, policies, obs_groups, masks: batched.append(
+        [len(group) for group in obs_groups]) or original_batch(self, digests, policies, obs_groups, masks))
     learner = Inference(SPEC, MODEL, seed=1)
     total = num_envs * 2
     assembler = RowAssembler(num_agents=total, num_rows=64 * total, horizon=5, obs_shape=SPEC.obs_shape,
@@ -149,10 +152,9 @@ def test_one_forward_pass_per_unique_opponent_and_only_learner_seats_recorded(se
     stepper.act([group], report)
     # first move: slot 0 of each env is active; the learner sits there in even envs, opponents in odd ones
     learner_passes = [n for who, n in passes if who == id(learner)]
-    opponent_passes = [n for who, n in passes if who != id(learner)]
-    assert learner_passes == [8] and report.agent_steps == 8
+    assert learner_passes == [8] and report.agent_steps == 8 and len(passes) == 1
     odd_unique = len({digests[e] for e in range(1, num_envs, 2)})
-    assert len(opponent_passes) == odd_unique and sum(opponent_passes) == 8
+    assert len(batched) == 1 and len(batched[0]) == odd_unique and sum(batched[0]) == 8  # one pass, every snapshot
     legal = buffers.action_mask[np.arange(0, 2 * num_envs, 2), buffers.actions[::2]]
     assert legal.all()
     # play many moves: every recorded agent is a learner seat; returns come from learner seats only
