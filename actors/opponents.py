@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from safetensors.numpy import load as load_safetensors
+from torch import nn
 
 from envs.base import EnvSpec
 from actors.inference import Inference
@@ -160,7 +161,8 @@ class Opponents:
             self.next_digests = None
 
     def act(self, agent_ids: np.ndarray, obs: np.ndarray, masks: np.ndarray | None) -> np.ndarray:
-        """Actions of the opponent-controlled ``agent_ids``: one forward pass per unique opponent among them."""
+        """Actions of the opponent-controlled ``agent_ids``: each baseline on its rows, and one batched forward pass
+        for all the pool snapshots among them (a plain one when there is a single snapshot)."""
         envs = agent_ids // self.num_agents
         digests = self.env_digests[envs]
         actions = np.zeros((len(agent_ids), *self.cache.spec.action.shape), dtype=self.cache.spec.action.dtype)
@@ -176,15 +178,25 @@ class Opponents:
             (digest, rows), = snapshots.items()
             actions[rows] = self.cache[digest].act(obs[rows], None if masks is None else masks[rows])
         elif snapshots:  # one batched forward pass for all of them
-            policies = [self.cache[digest].policy.policy for digest in snapshots]
+            stacked = self._snapshots_in_use()
             if self.batch is None:
-                self.batch = SnapshotBatch(policies[0].distribution, seed=self.cache.seed)
+                self.batch = SnapshotBatch(next(iter(stacked.values())).distribution, seed=self.cache.seed)
             groups = list(snapshots.values())
-            decided = self.batch.act(list(snapshots), policies, [obs[rows] for rows in groups],
+            decided = self.batch.act(stacked, list(snapshots), [obs[rows] for rows in groups],
                                      None if masks is None else [masks[rows] for rows in groups])
             for rows, group_actions in zip(groups, decided):
                 actions[rows] = group_actions.reshape(actions[rows].shape)
         return actions
+
+    def _snapshots_in_use(self) -> dict[str, nn.Module]:
+        """Digest -> policy of every snapshot the envs play now or will take up at their next episode end (so the
+        set stays the same through an alternation's switch-over), sorted by digest."""
+        digests = set(self.env_digests.tolist())
+        if self.next_digests is not None:
+            digests.update(self.next_digests.tolist())
+        players = {digest: self.cache[digest] for digest in sorted(digests)}
+        return {digest: player.policy.policy for digest, player in players.items()
+                if isinstance(player, SnapshotOpponent)}
 
     def unique_opponents(self) -> int:
         """Distinct snapshots this host's envs play in the current alternation."""

@@ -39,18 +39,25 @@ def test_batched_logits_equal_separate_forward_passes(model):
     policies = snapshots(model, 5)
     groups = [random_obs(rng, n) for n in (1, 7, 3, 12, 2)]  # unequal groups: padding must not leak
     batch = SnapshotBatch(policies[0].distribution, seed=0)
-    got = batch.logits([f"d{k}" for k in range(5)], policies, groups)
+    in_use = {f"d{k}": policy for k, policy in enumerate(policies)}
+    got = batch.logits(in_use, list(in_use), groups)
     with torch.no_grad():
         want = [policy(torch.from_numpy(obs))[0] for policy, obs in zip(policies, groups)]
     for g, w in zip(got, want):
         assert g.shape == w.shape and torch.allclose(g, w, atol=1e-5)
-    # another set of snapshots is restacked, the same set is not
+    # a step that needs some of the snapshots in use takes them from the stack, in its own order, without
+    # stacking again; another set in use is stacked again
     stacked = batch.weights
-    batch.logits([f"d{k}" for k in range(5)], policies, groups)
+    got = batch.logits(in_use, ["d3", "d1"], groups[:2])
     assert batch.weights is stacked
-    got = batch.logits(["d3", "d1"], [policies[3], policies[1]], groups[:2])
     with torch.no_grad():
         assert torch.allclose(got[0], policies[3](torch.from_numpy(groups[0]))[0], atol=1e-5)
+        assert torch.allclose(got[1], policies[1](torch.from_numpy(groups[1]))[0], atol=1e-5)
+    fewer = {"d4": policies[4], "d2": policies[2]}
+    got = batch.logits(fewer, ["d2"], groups[2:3])
+    assert batch.weights is not stacked and batch.key == ("d4", "d2")
+    with torch.no_grad():
+        assert torch.allclose(got[0], policies[2](torch.from_numpy(groups[2]))[0], atol=1e-5)
 
 
 def test_batched_actions_are_legal_and_follow_each_snapshots_policy():
@@ -63,7 +70,8 @@ def test_batched_actions_are_legal_and_follow_each_snapshots_policy():
     groups = [random_obs(rng, 40) for _ in range(3)]
     masks = [np.ones((40, 7), dtype=np.uint8) for _ in range(3)]
     masks[2][:, 2] = 0  # snapshot 2's favourite is illegal: it must pick something else
-    actions = SnapshotBatch(policies[0].distribution, seed=0).act(["a", "b", "c"], policies, groups, masks)
+    in_use = dict(zip("abc", policies))
+    actions = SnapshotBatch(policies[0].distribution, seed=0).act(in_use, ["a", "b", "c"], groups, masks)
     assert [a.shape for a in actions] == [(40,)] * 3
     assert (actions[0] == 0).all() and (actions[1] == 1).all()
     assert not (actions[2] == 2).any() and set(actions[2].tolist()) <= {0, 1, 3, 4, 5, 6}

@@ -134,8 +134,8 @@ def test_one_batched_forward_pass_for_all_snapshots_and_only_learner_seats_recor
     original, original_batch = Inference.decide, SnapshotBatch.act
     monkeypatch.setattr(Inference, "decide", lambda self, obs, *a: passes.append((id(self), len(obs)))
                         or original(self, obs, *a))
-    monkeypatch.setattr(SnapshotBatch, "act", lambda self, digests, policies, obs_groups, masks: batched.append(
-        [len(group) for group in obs_groups]) or original_batch(self, digests, policies, obs_groups, masks))
+    monkeypatch.setattr(SnapshotBatch, "act", lambda self, stacked, chosen, obs_groups, masks: batched.append(
+        [len(group) for group in obs_groups]) or original_batch(self, stacked, chosen, obs_groups, masks))
     learner = Inference(SPEC, MODEL, seed=1)
     total = num_envs * 2
     assembler = RowAssembler(num_agents=total, num_rows=64 * total, horizon=5, obs_shape=SPEC.obs_shape,
@@ -175,10 +175,12 @@ def test_opponents_switch_at_each_envs_episode_end(service):
     opponents.assign(OpponentAssignment(alternation=1, digests=(a,) * 4, indices=(0,) * 4))
     opponents.assign(OpponentAssignment(alternation=2, digests=(b,) * 4, indices=(1,) * 4))
     assert opponents.env_digests.tolist() == [a] * 4  # nobody switches mid-game
+    assert list(opponents._snapshots_in_use()) == sorted([a, b])  # the batch's stack holds both until all switch
     opponents.episodes_ended(np.array([2, 3, 7]))  # env 1 (slots 2, 3) and env 3 (slot 7) ended
     assert opponents.env_digests.tolist() == [a, b, a, b]
     opponents.episodes_ended(np.array([0, 4]))
     assert opponents.env_digests.tolist() == [b] * 4 and opponents.next_digests is None
+    assert list(opponents._snapshots_in_use()) == [b]
 
 
 def test_opponents_reply_is_compact_each_distinct_snapshot_once(service):
