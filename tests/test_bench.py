@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.processes import descendants, free_port_triple
+from tests.processes import alive, descendants, free_port_triple, wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -120,6 +121,16 @@ def test_coma_step_bench_times_a_gradient_step() -> None:
     assert 0 < record["ms_per_step_best"] <= record["ms_per_step_median"] and record["fused_adam"] is True
 
 
+def test_opponent_inference_bench_times_separate_and_batched_passes() -> None:
+    records = run_bench("opponent_inference.py", "--snapshots", "3", "--rows", "2", "5", "--steps", "2",
+                        "--repeats", "1")
+    assert [(r["bench"], r["snapshots"], r["rows"]) for r in records] == [("opponent_inference", 3, 2),
+                                                                         ("opponent_inference", 3, 5)]
+    for record in records:
+        assert all(record[key] > 0 for key in ("separate_ms", "batched_ms", "batched_subset_ms",
+                                                "batched_restacking_ms", "speedup"))
+
+
 def test_spread_steps_bench_times_the_native_port_and_mpe2() -> None:
     records = run_bench("spread_steps.py", "--envs", "8", "--seconds", "0.2")
     assert [r["side"] for r in records] == ["native numba", "mpe2 simple_spread_v3"]
@@ -179,10 +190,42 @@ def test_connect4_strength_bench_trains_plays_the_best_and_rates_the_kept_best(t
         assert result["score"] == (result["wins"] + result["draws"] / 2) / 20
     assert seed["kept_best_elo"] and isinstance(seed["elo_never_falls"], bool)
     assert [p["update"] for p in seed["kept_best_elo"]] == sorted(p["update"] for p in seed["kept_best_elo"])
+    assert seed["greedy"] is False and set(seed["results_other_mode"]) == {"one_ply", "negamax-4"}
+    assert seed["elo_largest_drop"] >= 0 and (seed["elo_largest_drop"] == 0) == seed["elo_never_falls"]
     assert isinstance(seed["passed"], bool) and overview["bench"] == "connect4_strength_summary"
+    assert overview["trials"] == 1 and len(overview["one_ply_win_rate"]) == 1
     assert (kept / "seed1" / "best" / "best.json").is_file() and (kept / "seed1" / "elo" / "elo.json").is_file()
     assert table.read_text().startswith("| seed | train s | agent steps | best update |")
+    # a kept run scores again without training
+    (again, _), = [run_bench("connect4_strength.py", "--runs", str(kept / "seed1"), "--games", "10", "--elo-games",
+                             "4", timeout=120)]
+    assert again["run_dir"] == str(kept / "seed1") and again["best_update"] == seed["best_update"]
+    assert all(r["games"] == 10 for r in again["results"].values()) and "train_s" not in again
     assert not descendants(os.getpid())
+    assert set(Path("/dev/shm").glob("sluice_*")) <= before
+
+
+def test_a_bench_stopped_by_sigterm_leaves_no_process_or_shared_memory(tmp_path: Path) -> None:
+    """pipeline_run cleans up on SIGTERM as on Ctrl-C: the learner, the actor host and their children go."""
+    before = set(Path("/dev/shm").glob("sluice_*"))
+    bench = subprocess.Popen([sys.executable, "ops/bench/connect4_strength.py", "--seeds", "1", "--seconds", "300",
+                              "--port", str(free_port_triple()),
+                              *(arg for setting in (*C4_SMOKE_SETTINGS, "trainer.total_timesteps=100000000")
+                                for arg in ("--set", setting))],
+                             cwd=REPO, env={**os.environ, "TMPDIR": str(tmp_path)}, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True)
+
+    def logs() -> list[str]:
+        return [log.read_text(errors="replace") for log in tmp_path.glob("sluice-bench-*/learner.log")]
+
+    assert wait_for(lambda: any("upd " in text for text in logs()), timeout=120), logs()
+    started = descendants(bench.pid)
+    assert len(started) >= 3  # learner, actor host, its workers (and the evaluator)
+    bench.send_signal(signal.SIGTERM)
+    bench.wait(timeout=60)
+    assert bench.returncode != 0 and "KeyboardInterrupt" in bench.stderr.read()
+    assert not [pid for pid in started if alive(pid)]
+    assert not list(tmp_path.glob("sluice-bench-*"))  # the temporary run directory is gone too
     assert set(Path("/dev/shm").glob("sluice_*")) <= before
 
 

@@ -6,20 +6,23 @@ if it runs past ``--seconds`` (the issue's limit: 30 minutes). Then, on the run 
 
 * the snapshot that evaluation during training kept as the best (``<run-dir>/best/``) plays ``--games`` games
   (seats alternating; new game seeds, not the ones evaluation during training used) against each of
-  ``--opponents`` (default one_ply and negamax-4), sampling its moves unless the config's evaluation.greedy says so;
+  ``--opponents`` (default one_ply and negamax-4), once sampling its moves and once greedy;
   its win rate and score (wins + draws / 2) per opponent are reported, with the issue's thresholds:
   win rate >= 0.8 against one_ply, score > 0.5 against negamax-4;
 * ``python -m evaluation.elo --kept-best --tournament-mode round-robin`` rates every snapshot that was the kept
   best (when it became the best) against each other and the baselines; the kept best's ELO curve must never fall
   (each newer best rated at least as high as the one before).
 
-Prints one JSON line per seed and a summary line; ``--markdown FILE`` writes the table for the README;
-``--keep-runs DIR`` copies each seed's run directory (pool, best/, evaluation.jsonl, metrics.jsonl, elo/) to
-``DIR/seed<N>`` before the temporary one is removed.
+The verdicts are judged on the play mode the run's config evaluates with (evaluation.greedy: false, sampling);
+the other mode's results are reported beside them. Prints one JSON line per seed and a summary line;
+``--markdown FILE`` writes the table for the README; ``--keep-runs DIR`` copies each seed's run directory (pool,
+best/, evaluation.jsonl, metrics.jsonl, elo/) to ``DIR/seed<N>`` before the temporary one is removed; ``--runs DIR
+...`` scores such finished run directories again without training.
 
 Usage: .venv/bin/python ops/bench/connect4_strength.py [--seeds 1 2 3] [--seconds 1800] [--games 400]
        [--opponents one_ply negamax-4] [--elo-games 200] [--port 6500] [--set SECTION.KEY=VALUE ...]
        [--keep-runs DIR] [--markdown FILE]
+       .venv/bin/python ops/bench/connect4_strength.py --runs DIR/seed1 DIR/seed2 ... [--markdown FILE]
 """
 
 from __future__ import annotations
@@ -50,15 +53,16 @@ GAME_SEED = 20261126
 """Seed of the final games (evaluation during training uses others)."""
 
 
-def play_best(run_dir: Path, *, opponents: Sequence[str], games: int) -> dict[str, Any]:
-    """The kept best snapshot's results against each opponent (``games`` games each, seats alternating)."""
+def play_best(run_dir: Path, *, opponents: Sequence[str], games: int, greedy: bool) -> dict[str, Any]:
+    """The kept best snapshot's results against each opponent (``games`` games each, seats alternating), sampling
+    its moves or (``greedy``) taking the most probable legal one."""
     best = read_best(run_dir)
     if best is None:
-        return {"best_update": None, "results": {}}
+        return {}
     config = elo.load_run_config(run_dir)
     arrays = load_file(str(run_dir / BEST_DIR / best["weights"]))
-    player = PolicyPlayer("best", env_spec(config.env), config.model, arrays, greedy=config.evaluation.greedy,
-                          seed=GAME_SEED, version=best["policy_version"])
+    player = PolicyPlayer("best", env_spec(config.env), config.model, arrays, greedy=greedy, seed=GAME_SEED,
+                          version=best["policy_version"])
     results = {}
     for name in opponents:
         outcome = play_match(player, baseline_player(name, seed=GAME_SEED), episodes=games, env_config=config.env,
@@ -66,11 +70,12 @@ def play_best(run_dir: Path, *, opponents: Sequence[str], games: int) -> dict[st
         results[name] = {"wins": outcome.wins_a, "draws": outcome.draws, "losses": outcome.wins_b, "games": games,
                          "win_rate": round(outcome.wins_a / games, 4),
                          "score": round((outcome.wins_a + outcome.draws / 2) / games, 4)}
-    return {"best_update": best["update"], "results": results}
+    return results
 
 
 def kept_best_elo(run_dir: Path, *, games: int) -> dict[str, Any]:
-    """Ratings of the snapshots that became the kept best, oldest first, and whether the curve never falls."""
+    """Ratings of the snapshots that became the kept best, oldest first, whether the curve never falls, and its
+    largest drop from one kept best to the next (0 when it never falls)."""
     args = elo.build_parser().parse_args(["--run-dir", str(run_dir), "--kept-best", "--tournament-mode",
                                           "round-robin", "--episodes", str(games)])
     try:
@@ -79,8 +84,28 @@ def kept_best_elo(run_dir: Path, *, games: int) -> dict[str, Any]:
         return {"kept_best_elo": [], "elo_never_falls": False, "elo_error": str(err)}
     curve = [{"update": s["update"], "elo": round(s["elo"], 1)} for s in doc["snapshots"]]
     ratings = [point["elo"] for point in curve]
+    drops = [a - b for a, b in zip(ratings, ratings[1:])]
     return {"kept_best_elo": curve, "baseline_elo": {name: round(doc["ratings"][name], 1) for name in doc["baselines"]},
-            "elo_never_falls": all(b >= a for a, b in zip(ratings, ratings[1:]))}
+            "elo_never_falls": all(drop <= 0 for drop in drops), "elo_largest_drop": round(max([0.0, *drops]), 1)}
+
+
+def score(run_dir: Path, *, opponents: Sequence[str], games: int, elo_games: int) -> dict[str, Any]:
+    """Everything the check measures on a finished run directory, and the issue's verdicts (judged on the play
+    mode the run's config evaluates with, evaluation.greedy; the other mode is reported beside it)."""
+    best = read_best(run_dir)
+    if best is None:
+        return {"best_update": None, "results": {}, "passed": False}
+    greedy = elo.load_run_config(run_dir).evaluation.greedy
+    record = {"best_update": best["update"], "greedy": greedy,
+              "results": play_best(run_dir, opponents=opponents, games=games, greedy=greedy),
+              "results_other_mode": play_best(run_dir, opponents=opponents, games=games, greedy=not greedy),
+              **kept_best_elo(run_dir, games=elo_games)}
+    one_ply, negamax = record["results"].get("one_ply"), record["results"].get("negamax-4")
+    record["wins_80pct_vs_one_ply"] = None if one_ply is None else one_ply["win_rate"] >= WIN_RATE_VS_ONE_PLY
+    record["scores_over_50pct_vs_negamax_4"] = None if negamax is None else negamax["score"] > SCORE_VS_NEGAMAX_4
+    record["passed"] = bool(record["wins_80pct_vs_one_ply"] and record["scores_over_50pct_vs_negamax_4"]
+                            and record["elo_never_falls"])
+    return record
 
 
 def trial(*, seed: int, seconds: float, port: int, overrides: Sequence[str], opponents: Sequence[str], games: int,
@@ -90,38 +115,37 @@ def trial(*, seed: int, seconds: float, port: int, overrides: Sequence[str], opp
     with trained_run(config=CONFIG, seed=seed, seconds=seconds, port=port,
                      overrides=[f"trainer.total_timesteps={total_timesteps}", *overrides]) as run:
         train_s = time.monotonic() - started
-        strength = play_best(run.run_dir, opponents=opponents, games=games)
-        ratings = kept_best_elo(run.run_dir, games=elo_games) if strength["best_update"] is not None else {}
+        measured = score(run.run_dir, opponents=opponents, games=games, elo_games=elo_games)
         if keep_runs is not None and run.run_dir.is_dir():
             shutil.copytree(run.run_dir, keep_runs / f"seed{seed}", dirs_exist_ok=True,
                             ignore=shutil.ignore_patterns("checkpoints"))
-        record = {"bench": "connect4_strength", "seed": seed, "train_s": round(train_s, 1),
-                  "seconds_cap": seconds, "within_cap": run.learner_exit_code == 0 and train_s <= seconds,
-                  "learner_exit_code": run.learner_exit_code, "agent_steps": run.agent_steps, **strength, **ratings,
-                  "learner_error": None if strength["best_update"] is not None else run.learner_output[-1500:]}
-    results = strength["results"]
-    one_ply, negamax = results.get("one_ply"), results.get("negamax-4")
-    record["wins_80pct_vs_one_ply"] = None if one_ply is None else one_ply["win_rate"] >= WIN_RATE_VS_ONE_PLY
-    record["scores_over_50pct_vs_negamax_4"] = None if negamax is None else negamax["score"] > SCORE_VS_NEGAMAX_4
-    record["passed"] = bool(record["within_cap"] and record["wins_80pct_vs_one_ply"]
-                            and record["scores_over_50pct_vs_negamax_4"] and record.get("elo_never_falls"))
-    return record
+        within_cap = run.learner_exit_code == 0 and train_s <= seconds
+        return {"bench": "connect4_strength", "seed": seed, "train_s": round(train_s, 1), "seconds_cap": seconds,
+                "within_cap": within_cap, "learner_exit_code": run.learner_exit_code, "agent_steps": run.agent_steps,
+                **measured, "passed": measured["passed"] and within_cap,
+                "learner_error": None if measured["best_update"] is not None else run.learner_output[-1500:]}
 
 
 def markdown_table(trials: Sequence[dict[str, Any]], opponents: Sequence[str], games: int) -> str:
     """One row per seed: training time and steps, the best's update, its results per opponent, the ELO curve."""
     header = ["seed", "train s", "agent steps", "best update",
-              *[f"vs {name}: W-D-L (win rate, score)" for name in opponents], "kept-best ELO (update: elo)",
-              "never falls"]
+              *[f"vs {name}: W-D-L (win rate, score)" for name in opponents],
+              *[f"{name}, other play mode (win rate, score)" for name in opponents], "kept-best ELO (update: elo)",
+              "never falls (largest drop)"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for t in trials:
-        cells = [str(t["seed"]), f"{t['train_s']:.0f}", f"{t['agent_steps'] or 0:,}", str(t["best_update"])]
+        cells = [str(t.get("seed", t.get("run_dir"))), f"{t.get('train_s') or 0:.0f}", f"{t.get('agent_steps') or 0:,}",
+                 str(t["best_update"])]
         for name in opponents:
             r = t["results"].get(name)
             cells.append("-" if r is None else
                          f"{r['wins']}-{r['draws']}-{r['losses']} ({r['win_rate']:.3f}, {r['score']:.3f})")
+        for name in opponents:
+            r = t.get("results_other_mode", {}).get(name)
+            cells.append("-" if r is None else f"{'greedy' if not t['greedy'] else 'sampled'} "
+                                               f"({r['win_rate']:.3f}, {r['score']:.3f})")
         cells.append(", ".join(f"{p['update']}: {p['elo']:.0f}" for p in t.get("kept_best_elo", [])) or "-")
-        cells.append("yes" if t.get("elo_never_falls") else "NO")
+        cells.append(("yes" if t.get("elo_never_falls") else "NO") + f" ({t.get('elo_largest_drop', '-')})")
         lines.append("| " + " | ".join(cells) + " |")
     lines.append(f"\n{games} games per opponent, seats alternating. Machine: {machine()}.")
     return "\n".join(lines) + "\n"
@@ -138,21 +162,28 @@ def main() -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="passed to the learner, repeatable")
     parser.add_argument("--keep-runs", type=Path, default=None, help="copy each seed's run directory here")
+    parser.add_argument("--runs", type=Path, nargs="+", default=None,
+                        help="score these finished run directories (e.g. from --keep-runs) instead of training")
     parser.add_argument("--markdown", type=Path, default=None, help="also write the results as a Markdown table")
     args = parser.parse_args()
-    total = load_config(resolve_config_path(CONFIG), args.overrides).trainer.total_timesteps
     trials = []
-    for seed in args.seeds:
-        trials.append(trial(seed=seed, seconds=args.seconds, port=args.port, overrides=args.overrides,
-                            opponents=args.opponents, games=args.games, elo_games=args.elo_games,
-                            total_timesteps=total, keep_runs=args.keep_runs))
-        emit(trials[-1])
-    emit({"bench": "connect4_strength_summary", "seeds": args.seeds, "seeds_passed": sum(t["passed"] for t in trials),
+    if args.runs is not None:
+        for run_dir in args.runs:
+            trials.append({"bench": "connect4_strength", "run_dir": str(run_dir),
+                           **score(run_dir, opponents=args.opponents, games=args.games, elo_games=args.elo_games)})
+            emit(trials[-1])
+    else:
+        total = load_config(resolve_config_path(CONFIG), args.overrides).trainer.total_timesteps
+        for seed in args.seeds:
+            trials.append(trial(seed=seed, seconds=args.seconds, port=args.port, overrides=args.overrides,
+                                opponents=args.opponents, games=args.games, elo_games=args.elo_games,
+                                total_timesteps=total, keep_runs=args.keep_runs))
+            emit(trials[-1])
+    emit({"bench": "connect4_strength_summary", "trials": len(trials), "passed": sum(t["passed"] for t in trials),
           **{f"{name}_{key}": [t["results"].get(name, {}).get(key) for t in trials]
              for name in args.opponents for key in ("win_rate", "score")}})
     if args.markdown is not None:
         args.markdown.write_text(markdown_table(trials, args.opponents, args.games))
-
 
 if __name__ == "__main__":
     main()

@@ -3,8 +3,8 @@
 ``trained_run`` starts ``python -m learner`` and one actor host (``python -m actors``: the run's
 trainer.num_workers env workers; separate processes, ZeroMQ, shared memory) in a temporary run directory, lets them
 train for a wall-clock window, stops the learner with SIGINT (it writes a final checkpoint and the actors then
-leave), and yields the run directory while it still exists. Whatever happens (an error, Ctrl-C), every process it
-started, and their children, is gone when the ``with`` block ends.
+leave), and yields the run directory while it still exists. Whatever happens (an error, Ctrl-C, SIGTERM), every
+process it started, and their children, is gone when the ``with`` block ends.
 """
 
 from __future__ import annotations
@@ -82,6 +82,21 @@ def trained_run(*, config: str, seed: int, seconds: float, port: int,
     """Train ``config`` with ``run.seed=seed`` on ``port`` (and the next three) for ``seconds``; yield the run.
     ``overrides`` are more ``SECTION.KEY=VALUE`` settings for the learner's ``--set`` (applied last, so
     ``trainer.total_timesteps=N`` sets a step budget; the run then ends at whichever comes first)."""
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM cleans up as Ctrl-C does
+    try:
+        with _temporary_run(config=config, seed=seed, seconds=seconds, port=port, overrides=overrides) as run:
+            yield run
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+@contextmanager
+def _temporary_run(*, config: str, seed: int, seconds: float, port: int,
+                   overrides: Sequence[str]) -> Iterator[TrainedRun]:
     with tempfile.TemporaryDirectory(prefix="sluice-bench-") as tmp:
         run_dir = Path(tmp, "run")
         learner_log = Path(tmp, "learner.log")

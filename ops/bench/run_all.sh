@@ -22,6 +22,7 @@ run() { echo "== $*" >&2; "$PY" "$@" | tee -a "$out"; }
 run ops/bench/gridworld_steps.py
 run ops/bench/spread_steps.py
 run ops/bench/coma_step.py
+run ops/bench/opponent_inference.py
 run ops/bench/pipeline.py
 run ops/bench/assembler_copy.py
 run ops/bench/ingest.py
