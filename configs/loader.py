@@ -90,6 +90,7 @@ _BOUNDS: dict[str, tuple[float | None, bool, float | None, bool]] = {
     "coma.max_importance_weight_negative": (0.0, False, None, False),
     "coma.entropy_coef": (0.0, True, None, False),
     "evaluation.interval_updates": (0, True, None, False),
+    "evaluation.gate_games": (0, True, None, False),
     "evaluation.games": (2, True, None, False),
 }
 
@@ -272,6 +273,9 @@ def _check_evaluation(config: RunConfig, source: str) -> None:
     if section.games % 2:
         raise ConfigError(f"{source}: evaluation.games must be even (each seat played equally often), "
                           f"got {section.games}")
+    if section.gate_games % 2:
+        raise ConfigError(f"{source}: evaluation.gate_games must be even (each seat played equally often), "
+                          f"got {section.gate_games}")
     for name in section.baselines:
         if baseline_strength(name) is None:
             raise ConfigError(f"{source}: evaluation.baselines: unknown baseline {name!r}; allowed: {BASELINE_FORMS}")

@@ -242,6 +242,8 @@ class EvaluationSection:
     """Baselines played: random, one_ply, negamax-<depth>; the best snapshot has the highest mean score over them."""
     greedy: bool = False
     """Snapshots take their most probable legal action (true) or sample as in training (false)."""
+    gate_games: int = 0
+    """> 0: a snapshot that scores at least the best's must also win this many games (even) against it, score > 0.5."""
 
 
 @dataclass(frozen=True, kw_only=True)

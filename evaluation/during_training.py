@@ -9,7 +9,9 @@ update, policy version, per baseline wins/draws/losses and score = (wins + draws
 the best snapshot's update so far).
 
 The best snapshot is the one with the highest mean score over the baselines so far (ties: the newer), so the kept
-best never gets worse. It lives in ``<run-dir>/best/`` (``evaluation/best_snapshot.py``: its weights and
+best never gets worse against them. With ``--gate-games N`` (evaluation.gate_games) such a snapshot must also score
+above 0.5 in N games against the kept best itself (recorded as ``against_best``), so a snapshot that beats the
+baselines but loses to its predecessor does not replace it. It lives in ``<run-dir>/best/`` (``evaluation/best_snapshot.py``: its weights and
 ``best.json``, written atomically).
 
 Usually the learner starts this as its child process when ``evaluation.interval_updates > 0`` and passes the
@@ -32,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
+from safetensors.numpy import load_file as load_safetensors
 
 from configs.baselines import BASELINE_FORMS, baseline_strength
 from configs.schema import RunConfig
@@ -45,6 +49,8 @@ from learner.pool import Snapshot, SnapshotStore
 PROG = "python -m evaluation.during_training"
 POLICY_NAME = "snapshot"
 """The evaluated policy's player name (it seeds the games, so every snapshot plays the same games)."""
+KEPT_BEST_NAME = "kept_best"
+"""The kept best's player name in the head-to-head gate."""
 
 
 class DuringTrainingError(Exception):
@@ -67,6 +73,9 @@ class EvaluationSettings:
     """Baseline names (configs.baselines), in the order given."""
     greedy: bool
     """Snapshots play their most probable legal action instead of sampling."""
+    gate_games: int = 0
+    """> 0: a snapshot whose mean score is at least the best's must also score > 0.5 in this many games against
+    the kept best to replace it (a head-to-head gate); 0: the mean score alone decides."""
     seed: int
     """Seed of the games (each baseline's games derive from it and the baseline's name)."""
 
@@ -79,6 +88,8 @@ class Evaluation:
     """The pool entry evaluated."""
     outcomes: dict[str, MatchOutcome]
     """Baseline name -> the match, from the snapshot's side."""
+    against_best: MatchOutcome | None = None
+    """The head-to-head gate's match against the kept best, from the snapshot's side (None: not played)."""
 
     @property
     def scores(self) -> dict[str, float]:
@@ -97,7 +108,11 @@ class Evaluation:
                 "pool_index": self.snapshot.index, "hash": self.snapshot.hash,
                 "baselines": {name: {"wins": o.wins_a, "draws": o.draws, "losses": o.wins_b, "games": o.games,
                                      "score": o.score_a} for name, o in self.outcomes.items()},
-                "mean_score": self.mean_score, "best_update": best_update, "time": time.time()}
+                "mean_score": self.mean_score, "best_update": best_update, "time": time.time(),
+                **({} if self.against_best is None else {"against_best": {
+                    "wins": self.against_best.wins_a, "draws": self.against_best.draws,
+                    "losses": self.against_best.wins_b, "games": self.against_best.games,
+                    "score": self.against_best.score_a}})}
 
 
 def is_new_best(mean_score: float, best_mean_score: float | None) -> bool:
@@ -166,7 +181,12 @@ class Evaluator:
                                      seed=pairing_seed(self.settings.seed, POLICY_NAME, name))
                     for name, player in self.baselines.items()}
         evaluation = Evaluation(snapshot=snapshot, outcomes=outcomes)
-        if is_new_best(evaluation.mean_score, self.best_mean_score):
+        new_best = is_new_best(evaluation.mean_score, self.best_mean_score)
+        against = self._against_best(policy) if new_best and self.settings.gate_games else None
+        if against is not None:
+            evaluation = Evaluation(snapshot=snapshot, outcomes=outcomes, against_best=against)
+            new_best = against.score_a > 0.5
+        if new_best:
             write_best(self.run_dir / BEST_DIR, snapshot, self.store.read_bytes(snapshot.hash),
                        scores=evaluation.scores, games={name: o.games for name, o in outcomes.items()})
             self.best_update, self.best_mean_score = snapshot.update, evaluation.mean_score
@@ -174,6 +194,22 @@ class Evaluator:
             file.write(json.dumps(evaluation.record(best_update=self.best_update)) + "\n")
         self.last_update = snapshot.update
         return evaluation
+
+
+    def _against_best(self, policy: PolicyPlayer) -> MatchOutcome | None:
+        """The head-to-head gate: ``policy`` against the kept best (None when there is none yet, or best/ cannot
+        be read: no gate)."""
+        best = read_best(self.run_dir)
+        if self.best_update is None or best is None:
+            return None
+        try:
+            arrays = load_safetensors(str(self.run_dir / BEST_DIR / best["weights"]))
+        except (OSError, TypeError, KeyError, SafetensorError):
+            return None
+        kept = PolicyPlayer(KEPT_BEST_NAME, self.spec, self.config.model, arrays, greedy=self.settings.greedy,
+                            seed=self.settings.seed, version=int(best.get("policy_version", 0)))
+        return play_match(policy, kept, episodes=self.settings.gate_games, env_config=self.config.env,
+                          seed=pairing_seed(self.settings.seed, POLICY_NAME, KEPT_BEST_NAME))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -189,6 +225,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"comma-separated baselines (evaluation.baselines); names: {BASELINE_FORMS}")
     parser.add_argument("--greedy", action=argparse.BooleanOptionalAction, default=None,
                         help="snapshots take their most probable legal action (evaluation.greedy)")
+    parser.add_argument("--gate-games", type=int, default=None,
+                        help="a new best must also score > 0.5 in this many games (even) against the kept best; "
+                             "0: no head-to-head (evaluation.gate_games)")
     parser.add_argument("--poll-s", type=float, default=1.0, help="seconds between looks at the pool (default 1)")
     parser.add_argument("--once", action="store_true", help="evaluate the snapshots due now, then exit")
     parser.add_argument("--parent-pid", type=int, default=None,
@@ -212,8 +251,11 @@ def settings_from(args: argparse.Namespace, config: RunConfig) -> EvaluationSett
     if unknown or not baselines or len(set(baselines)) != len(baselines):
         raise DuringTrainingError(f"--baselines {text!r}: give distinct names, each one of: {BASELINE_FORMS}")
     greedy = args.greedy if args.greedy is not None else section.greedy
+    gate_games = args.gate_games if args.gate_games is not None else section.gate_games
+    if gate_games < 0 or gate_games % 2:
+        raise DuringTrainingError(f"--gate-games must be even and >= 0 (seats alternate), got {gate_games}")
     return EvaluationSettings(interval_updates=interval, games=games, baselines=baselines, greedy=greedy,
-                              seed=config.run.seed)
+                              gate_games=gate_games, seed=config.run.seed)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

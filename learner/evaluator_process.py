@@ -30,6 +30,7 @@ def evaluator_command(run_dir: Path, section: EvaluationSection) -> list[str]:
     return [sys.executable, "-m", MODULE, "--run-dir", str(run_dir.resolve()),
             "--interval-updates", str(section.interval_updates), "--games", str(section.games),
             "--baselines", ",".join(section.baselines), "--greedy" if section.greedy else "--no-greedy",
+            "--gate-games", str(section.gate_games),
             "--parent-pid", str(os.getpid())]
 
 

@@ -137,6 +137,28 @@ def test_a_tie_moves_the_best_to_the_newer_snapshot(scripted_run):
     assert read_best(scripted_run)["update"] == 40
 
 
+def test_the_gate_keeps_a_best_that_its_challenger_cannot_beat_head_to_head(scripted_run, monkeypatch):
+    head_to_head = {(30, 10): (1, 0), (40, 10): (3, 0)}  # (challenger, kept best) -> (wins, draws) of 4
+    against_baselines = during_training.play_match
+
+    def fake_match(a, b, *, episodes, env_config, seed=0):
+        if not isinstance(b, _VersionPlayer):
+            return against_baselines(a, b, episodes=episodes, env_config=env_config, seed=seed)
+        wins, draws = head_to_head[(a.inference.version, b.inference.version)]
+        return MatchOutcome(wins_a=wins, draws=draws, wins_b=episodes - wins - draws, a_first=episodes // 2)
+
+    monkeypatch.setattr(during_training, "play_match", fake_match)
+    _evaluator(scripted_run, interval_updates=10, gate_games=4).evaluate_due()
+    lines = _lines(scripted_run)
+    # means: u10 0.75 (the first best: no gate), u20 0.25, u30 0.875 but 1-0-3 against u10 (u10 stays),
+    # u40 0.75 (a tie with u10) and 3-0-1 against it (u40 is the best), u50 0.0
+    assert [line["best_update"] for line in lines] == [10, 10, 10, 40, 40]
+    assert not any("against_best" in lines[k] for k in (0, 1, 4))
+    assert lines[2]["against_best"] == {"wins": 1, "draws": 0, "losses": 3, "games": 4, "score": 0.25}
+    assert lines[3]["against_best"]["score"] == 0.75 and read_best(scripted_run)["update"] == 40
+    assert read_best(scripted_run)["mean_score"] == pytest.approx(0.75)
+
+
 def test_best_write_is_atomic(scripted_run, monkeypatch):
     evaluator = _evaluator(scripted_run, interval_updates=10)
     evaluator.evaluate(evaluator.store.snapshot(1))
@@ -159,15 +181,19 @@ def test_best_write_is_atomic(scripted_run, monkeypatch):
 def test_real_games_and_the_cli(tmp_path, capsys):
     run_dir = make_run(tmp_path / "run", 3)
     code = during_training.main(["--run-dir", str(run_dir), "--once", "--interval-updates", "10", "--games", "6",
-                                 "--baselines", "random,negamax-1"])
+                                 "--baselines", "random,negamax-1", "--gate-games", "4"])
     assert code == 0, capsys.readouterr().err
     lines = _lines(run_dir)
     assert [line["update"] for line in lines] == [10, 20]
     assert all(r["games"] == 6 for line in lines for r in line["baselines"].values())
-    assert read_best(run_dir)["update"] in (10, 20)
+    assert read_best(run_dir)["update"] in (10, 20) and "against_best" not in lines[0]
+    if lines[1]["mean_score"] >= lines[0]["mean_score"]:  # a challenger: it played the kept best (real games)
+        against = lines[1]["against_best"]
+        assert against["games"] == 4 and (lines[1]["best_update"] == 20) == (against["score"] > 0.5)
     for argv, message in ((["--games", "5"], "--games must be even"),
                           (["--baselines", "random,two_ply"], "--baselines 'random,two_ply'"),
-                          (["--interval-updates", "0"], "--interval-updates must be >= 1")):
+                          (["--interval-updates", "0"], "--interval-updates must be >= 1"),
+                          (["--gate-games", "3"], "--gate-games must be even and >= 0")):
         assert during_training.main(["--run-dir", str(run_dir), "--once", *argv]) == 2
         err = capsys.readouterr().err
         assert err.startswith("python -m evaluation.during_training: error: ") and message in err
@@ -220,13 +246,16 @@ def test_console_line_and_metrics_of_an_evaluation():
 def test_evaluation_defaults_and_the_connect_four_config():
     assert load_config(None).evaluation.interval_updates == 0
     section = load_config("configs/selfplay_connect4.yaml").evaluation
-    assert section.interval_updates > 0 and section.games % 2 == 0 and section.baselines == ["one_ply", "negamax-2"]
+    assert section.interval_updates > 0 and section.games % 2 == 0 and section.baselines == ["one_ply", "negamax-4"]
+    assert load_config(None).evaluation.gate_games == 0
 
 
 @pytest.mark.parametrize("overrides, message", [
     (["evaluation.games=7"], "evaluation.games must be even"),
     (["evaluation.games=0"], "evaluation.games: 0 is out of range; allowed: >= 2"),
     (["evaluation.interval_updates=-1"], "evaluation.interval_updates: -1 is out of range; allowed: >= 0"),
+    (["evaluation.gate_games=3"], "evaluation.gate_games must be even (each seat played equally often), got 3"),
+    (["evaluation.gate_games=-2"], "evaluation.gate_games: -2 is out of range; allowed: >= 0"),
     (["evaluation.baselines=[one_ply, two_ply]"],
      "evaluation.baselines: unknown baseline 'two_ply'; allowed: random, one_ply, negamax-<depth>"),
     (["evaluation.baselines=[negamax-0]"], "unknown baseline 'negamax-0'"),
