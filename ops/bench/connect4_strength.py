@@ -115,10 +115,12 @@ def trial(*, seed: int, seconds: float, port: int, overrides: Sequence[str], opp
     with trained_run(config=CONFIG, seed=seed, seconds=seconds, port=port,
                      overrides=[f"trainer.total_timesteps={total_timesteps}", *overrides]) as run:
         train_s = time.monotonic() - started
-        measured = score(run.run_dir, opponents=opponents, games=games, elo_games=elo_games)
-        if keep_runs is not None and run.run_dir.is_dir():
+        if keep_runs is not None and run.run_dir.is_dir():  # first: a run that fails to score is still kept
             shutil.copytree(run.run_dir, keep_runs / f"seed{seed}", dirs_exist_ok=True,
                             ignore=shutil.ignore_patterns("checkpoints"))
+        measured = score(run.run_dir, opponents=opponents, games=games, elo_games=elo_games)
+        if keep_runs is not None and (run.run_dir / "elo").is_dir():  # and its elo/ output
+            shutil.copytree(run.run_dir / "elo", keep_runs / f"seed{seed}" / "elo", dirs_exist_ok=True)
         within_cap = run.learner_exit_code == 0 and train_s <= seconds
         return {"bench": "connect4_strength", "seed": seed, "train_s": round(train_s, 1), "seconds_cap": seconds,
                 "within_cap": within_cap, "learner_exit_code": run.learner_exit_code, "agent_steps": run.agent_steps,
