@@ -9,7 +9,7 @@ ready envs: 16 envs with 10 unique snapshots cost one batched forward pass per s
 vmap over the 10 snapshots' stacked weights), not 16 and not 10.
 
 The pool server may also name a fixed baseline (``selfplay.baseline_opponents``): a digest ``baseline:<name>``
-(``configs.baselines.BASELINE_DIGEST_PREFIX``), which the cache builds here (``evaluation.arena.baseline_player``)
+(``configs.baselines.BASELINE_DIGEST_PREFIX``), which the cache builds here (``envs.baseline_players``)
 instead of downloading anything.
 """
 
@@ -19,6 +19,7 @@ import hashlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 from safetensors.numpy import load as load_safetensors
@@ -29,7 +30,7 @@ from actors.inference import Inference
 from actors.opponent_batch import SnapshotBatch
 from configs.baselines import BASELINE_DIGEST_PREFIX
 from configs.schema import ModelSection
-from evaluation.arena import Player, baseline_player
+from envs.baseline_players import baseline_player
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,6 +58,14 @@ def policy_from_file(data: bytes, digest: str) -> dict[str, np.ndarray]:
     if actual != digest:
         raise ValueError(f"snapshot {digest[:12]}: received bytes hash to {actual[:12]}; refusing them")
     return load_safetensors(data)
+
+
+class Player(Protocol):
+    """An opponent: actions for the rows of the seats it plays."""
+
+    def act(self, obs: np.ndarray, masks: np.ndarray | None) -> np.ndarray:
+        """Actions [n, *action_shape] for observations [n, *obs_shape] under masks (None: no masks)."""
+        ...
 
 
 class SnapshotOpponent:

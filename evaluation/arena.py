@@ -1,7 +1,7 @@
 """Head-to-head games between two players on a vectorised two-player turn-based env, in-process and batched.
 
 Used by ``evaluation/elo.py`` to rate self-play snapshots against each other and against fixed baselines. The fixed
-Connect Four players (``envs/connect_four_baselines.py``): ``RandomPlayer``, ``OnePlyPlayer`` and
+Connect Four players (``envs/baseline_players.py``, re-exported here): ``RandomPlayer``, ``OnePlyPlayer`` and
 ``NegamaxPlayer`` (depth-limited search for forced wins and losses).
 
 Env contract (what ``play_match`` relies on; ``envs/connect_four.py`` implements it, and any VecEnv
@@ -30,11 +30,9 @@ import numpy as np
 import torch
 
 from envs.base import EnvSpec, StepBuffers, VecEnv
-from envs.connect_four_baselines import negamax_moves, one_ply_moves, random_legal_moves
-from envs.connect_four_negamax import check_depth
+from envs.baseline_players import NegamaxPlayer, OnePlyPlayer, RandomPlayer, baseline_player
 from envs.registry import make_vec_env
 from actors.inference import Inference
-from configs.baselines import BASELINE_FORMS, NEGAMAX_PREFIX, baseline_strength
 from configs.env_config import EnvConfig
 from configs.schema import ModelSection
 
@@ -54,66 +52,8 @@ class Player(Protocol):
         ...
 
 
-class RandomPlayer:
-    """Uniformly random legal moves (discrete action spaces with masks; the ``random`` baseline)."""
-
-    def __init__(self, name: str = "random", *, seed: int = 0) -> None:
-        self.name = name
-        self.rng = np.random.default_rng(seed)
-
-    def reseed(self, seed: int) -> None:
-        """Restart the move generator from ``seed``."""
-        self.rng = np.random.default_rng(seed)
-
-    def act(self, obs: np.ndarray, masks: np.ndarray) -> np.ndarray:
-        """One uniformly random legal column per row of ``masks``."""
-        return random_legal_moves(masks, self.rng)
-
-
-class OnePlyPlayer:
-    """Connect Four's one-ply baseline: win now, else block, else random legal (the ``one_ply`` baseline)."""
-
-    def __init__(self, name: str = "one_ply", *, seed: int = 0) -> None:
-        self.name = name
-        self.rng = np.random.default_rng(seed)
-
-    def reseed(self, seed: int) -> None:
-        """Restart the tie-break generator from ``seed``."""
-        self.rng = np.random.default_rng(seed)
-
-    def act(self, obs: np.ndarray, masks: np.ndarray) -> np.ndarray:
-        """One-ply moves for Connect Four observations [n, 2, 6, 7]."""
-        return one_ply_moves(obs, masks, self.rng)
-
-
-class NegamaxPlayer:
-    """Connect Four's depth-limited negamax baseline: random among the moves a ``depth``-ply search for forced
-    wins and losses scores best (the ``negamax-<depth>`` baselines)."""
-
-    def __init__(self, name: str = "negamax", *, depth: int, seed: int = 0) -> None:
-        self.name = name
-        self.depth = check_depth(depth)
-        self.rng = np.random.default_rng(seed)
-
-    def reseed(self, seed: int) -> None:
-        """Restart the tie-break generator from ``seed``."""
-        self.rng = np.random.default_rng(seed)
-
-    def act(self, obs: np.ndarray, masks: np.ndarray) -> np.ndarray:
-        """Negamax moves for Connect Four observations [n, 2, 6, 7]."""
-        return negamax_moves(obs, masks, self.rng, depth=self.depth)
-
-
-def baseline_player(name: str, *, seed: int) -> Player:
-    """The player behind a baseline name (``configs.baselines``: random, one_ply, negamax-<depth>); ValueError for
-    any other name."""
-    if baseline_strength(name) is None:
-        raise ValueError(f"unknown baseline {name!r}; allowed: {BASELINE_FORMS}")
-    if name == "random":
-        return RandomPlayer(name, seed=seed)
-    if name == "one_ply":
-        return OnePlyPlayer(name, seed=seed)
-    return NegamaxPlayer(name, depth=int(name[len(NEGAMAX_PREFIX):]), seed=seed)
+__all__ = ["MatchOutcome", "NegamaxPlayer", "OnePlyPlayer", "Player", "PolicyPlayer", "RandomPlayer",
+           "baseline_player", "play_match"]
 
 
 class PolicyPlayer:

@@ -28,7 +28,7 @@ from configs.schema import ModelSection, TrainerSection
 from envs.base import EnvSpec
 from envs.spaces import ActionSpace
 from learner.batch import TEAM_FIELDS, RowBatch
-from learner.distributed import CollectiveTimeout, close_learner_group, init_learner_group
+from learner.distributed import CollectiveTimeout, init_learner_group
 from learner.ppo import ppo_update
 from learner.reducer import SINGLE_PROCESS, Reducer
 from learner.schedules import UpdateSchedule
@@ -114,8 +114,7 @@ def main(argv: list[str]) -> int:
             save_file({k: v.contiguous() for k, v in coma.state_dict().items()},
                       str(args.directory / f"coma{args.rank}.safetensors"))
             (args.directory / f"coma{args.rank}.json").write_text(json.dumps(steps))
-            close_learner_group()
-            return 0
+            leave_without_teardown()
         case = load_file(str(args.directory / "batch.safetensors"))
         trainer = TrainerSection(**json.loads((args.directory / "trainer.json").read_text()))
         policy, value_normalizer, metrics = run_update(case, trainer, rank=args.rank, world_size=args.world_size,
@@ -127,8 +126,18 @@ def main(argv: list[str]) -> int:
                **{f"value_normalizer.{k}": v for k, v in value_normalizer.state_dict().items()}},
               str(args.directory / f"rank{args.rank}.safetensors"))
     (args.directory / f"rank{args.rank}.json").write_text(json.dumps(metrics))
-    close_learner_group()
+    leave_without_teardown()
     return 0
+
+
+def leave_without_teardown() -> None:
+    """Meet the other ranks, then exit at once: a normal exit (or destroy_process_group) once aborted in gloo's
+    teardown ("terminate called without an active exception", SIGABRT) after every output was written, as the
+    learner_update bench's ranks did; every rank has written its files when the barrier returns."""
+    torch.distributed.barrier()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

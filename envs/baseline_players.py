@@ -1,0 +1,75 @@
+"""The fixed baseline players of Connect Four, by name (``configs.baselines``): random, one_ply, negamax-<depth>.
+
+Thin players over ``envs/connect_four_baselines.py``'s move functions: ``act(obs, masks)`` for a batch of agents,
+``reseed(seed)`` to restart their tie-break generator. The arena (``evaluation/arena.py``) plays them in matches;
+actor hosts play them as opponents in training (``selfplay.baseline_opponents``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from configs.baselines import BASELINE_FORMS, NEGAMAX_PREFIX, baseline_strength
+from envs.connect_four_baselines import negamax_moves, one_ply_moves, random_legal_moves
+from envs.connect_four_negamax import check_depth
+
+
+class RandomPlayer:
+    """Uniformly random legal moves (discrete action spaces with masks; the ``random`` baseline)."""
+
+    def __init__(self, name: str = "random", *, seed: int = 0) -> None:
+        self.name = name
+        self.rng = np.random.default_rng(seed)
+
+    def reseed(self, seed: int) -> None:
+        """Restart the move generator from ``seed``."""
+        self.rng = np.random.default_rng(seed)
+
+    def act(self, obs: np.ndarray, masks: np.ndarray) -> np.ndarray:
+        """One uniformly random legal column per row of ``masks``."""
+        return random_legal_moves(masks, self.rng)
+
+
+class OnePlyPlayer:
+    """Connect Four's one-ply baseline: win now, else block, else random legal (the ``one_ply`` baseline)."""
+
+    def __init__(self, name: str = "one_ply", *, seed: int = 0) -> None:
+        self.name = name
+        self.rng = np.random.default_rng(seed)
+
+    def reseed(self, seed: int) -> None:
+        """Restart the tie-break generator from ``seed``."""
+        self.rng = np.random.default_rng(seed)
+
+    def act(self, obs: np.ndarray, masks: np.ndarray) -> np.ndarray:
+        """One-ply moves for Connect Four observations [n, 2, 6, 7]."""
+        return one_ply_moves(obs, masks, self.rng)
+
+
+class NegamaxPlayer:
+    """Connect Four's depth-limited negamax baseline: random among the moves a ``depth``-ply search for forced
+    wins and losses scores best (the ``negamax-<depth>`` baselines)."""
+
+    def __init__(self, name: str = "negamax", *, depth: int, seed: int = 0) -> None:
+        self.name = name
+        self.depth = check_depth(depth)
+        self.rng = np.random.default_rng(seed)
+
+    def reseed(self, seed: int) -> None:
+        """Restart the tie-break generator from ``seed``."""
+        self.rng = np.random.default_rng(seed)
+
+    def act(self, obs: np.ndarray, masks: np.ndarray) -> np.ndarray:
+        """Negamax moves for Connect Four observations [n, 2, 6, 7]."""
+        return negamax_moves(obs, masks, self.rng, depth=self.depth)
+
+
+def baseline_player(name: str, *, seed: int) -> RandomPlayer | OnePlyPlayer | NegamaxPlayer:
+    """The player behind a baseline name; ValueError for any other name."""
+    if baseline_strength(name) is None:
+        raise ValueError(f"unknown baseline {name!r}; allowed: {BASELINE_FORMS}")
+    if name == "random":
+        return RandomPlayer(name, seed=seed)
+    if name == "one_ply":
+        return OnePlyPlayer(name, seed=seed)
+    return NegamaxPlayer(name, depth=int(name[len(NEGAMAX_PREFIX):]), seed=seed)
