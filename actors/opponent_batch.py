@@ -4,7 +4,7 @@ In self-play each env of an actor host plays its own snapshot, so one step has G
 each (a 2-core profile of Connect Four with 128 envs per forward pass: about 8 snapshots on about 8 rows each,
 their forward passes 69% of the host's time). ``SnapshotBatch`` stacks the parameters and buffers of every
 snapshot the host's envs play (``torch.func.stack_module_state``; again only when that set changes: restacking
-costs about as much as a step), takes a step's snapshots from the stack by index, pads each snapshot's rows to
+every step cost 1.5x the batched pass, ``ops/bench/opponent_inference.py``), takes a step's snapshots from the stack by index, pads each snapshot's rows to
 the largest group, and runs the policy once under ``vmap``; the actions of all real rows are then sampled in one
 call. Same policies, same distributions: a test checks the logits against G separate passes.
 """
