@@ -14,10 +14,10 @@ from envs.connect_four_baselines import negamax_moves, one_ply_moves, random_leg
 from envs.connect_four_negamax import check_depth
 
 
-class RandomPlayer:
-    """Uniformly random legal moves (discrete action spaces with masks; the ``random`` baseline)."""
+class SeededPlayer:
+    """A named baseline player with its own tie-break generator; subclasses define ``act(obs, masks)``."""
 
-    def __init__(self, name: str = "random", *, seed: int = 0) -> None:
+    def __init__(self, name: str, *, seed: int = 0) -> None:
         self.name = name
         self.rng = np.random.default_rng(seed)
 
@@ -26,45 +26,46 @@ class RandomPlayer:
         self.rng = np.random.default_rng(seed)
 
     def act(self, obs: np.ndarray, masks: np.ndarray) -> np.ndarray:
+        """One move per row of ``masks`` (obs [n, 2, 6, 7], masks [n, 7])."""
+        raise NotImplementedError
+
+
+class RandomPlayer(SeededPlayer):
+    """Uniformly random legal moves (discrete action spaces with masks; the ``random`` baseline)."""
+
+    def __init__(self, name: str = "random", *, seed: int = 0) -> None:
+        super().__init__(name, seed=seed)
+
+    def act(self, obs: np.ndarray, masks: np.ndarray) -> np.ndarray:
         """One uniformly random legal column per row of ``masks``."""
         return random_legal_moves(masks, self.rng)
 
 
-class OnePlyPlayer:
+class OnePlyPlayer(SeededPlayer):
     """Connect Four's one-ply baseline: win now, else block, else random legal (the ``one_ply`` baseline)."""
 
     def __init__(self, name: str = "one_ply", *, seed: int = 0) -> None:
-        self.name = name
-        self.rng = np.random.default_rng(seed)
-
-    def reseed(self, seed: int) -> None:
-        """Restart the tie-break generator from ``seed``."""
-        self.rng = np.random.default_rng(seed)
+        super().__init__(name, seed=seed)
 
     def act(self, obs: np.ndarray, masks: np.ndarray) -> np.ndarray:
         """One-ply moves for Connect Four observations [n, 2, 6, 7]."""
         return one_ply_moves(obs, masks, self.rng)
 
 
-class NegamaxPlayer:
+class NegamaxPlayer(SeededPlayer):
     """Connect Four's depth-limited negamax baseline: random among the moves a ``depth``-ply search for forced
     wins and losses scores best (the ``negamax-<depth>`` baselines)."""
 
     def __init__(self, name: str = "negamax", *, depth: int, seed: int = 0) -> None:
-        self.name = name
+        super().__init__(name, seed=seed)
         self.depth = check_depth(depth)
-        self.rng = np.random.default_rng(seed)
-
-    def reseed(self, seed: int) -> None:
-        """Restart the tie-break generator from ``seed``."""
-        self.rng = np.random.default_rng(seed)
 
     def act(self, obs: np.ndarray, masks: np.ndarray) -> np.ndarray:
         """Negamax moves for Connect Four observations [n, 2, 6, 7]."""
         return negamax_moves(obs, masks, self.rng, depth=self.depth)
 
 
-def baseline_player(name: str, *, seed: int) -> RandomPlayer | OnePlyPlayer | NegamaxPlayer:
+def baseline_player(name: str, *, seed: int) -> SeededPlayer:
     """The player behind a baseline name; ValueError for any other name."""
     if baseline_strength(name) is None:
         raise ValueError(f"unknown baseline {name!r}; allowed: {BASELINE_FORMS}")
