@@ -161,9 +161,13 @@ def test_gridworld_seeds_bench_scores_one_seed_through_the_pipeline(tmp_path: Pa
     assert overview["bench"] == "gridworld_seeds_summary" and overview["seeds_total"] == 1
     assert overview["final_return_min"] == overview["final_return_max"] == seed["final_return_mean"]
     assert overview["random_return_mean"] == seed["random_return_mean"]
+    random_stats = overview["random_episode_stats"]  # the random policy's named stats, from the env's own counters
+    assert set(random_stats) == {"items_collected", "items_converted"}
+    assert random_stats["items_collected"] >= random_stats["items_converted"] == overview["random_return_mean"]
     lines = table.read_text().splitlines()
     assert lines[0].startswith("| policy | 1M | 2M | 4M | 8M | final |")
     assert lines[2].startswith("| random |") and lines[3].startswith("| seed 1 |")
+    assert lines[2].rstrip(" |").endswith(f"{random_stats['items_collected']:g} | {random_stats['items_converted']:g}")
     assert not descendants(os.getpid())
     assert set(Path("/dev/shm").glob("sluice_*")) <= before
 

@@ -2,7 +2,8 @@
 
 Builds the env exactly as a run config does (``configs.loader`` + ``envs.registry.make_vec_env``),
 steps it with uniformly random actions from a seeded NumPy generator until at least ``--episodes`` agent
-episodes have finished, and prints one JSON object with the mean and std of the per-agent episode return.
+episodes have finished, and prints one JSON object with the mean and std of the per-agent episode return and the
+means of the env's named episode stats (the gridworld's items collected and converted).
 A trained policy should beat this mean by a margin well outside the std.
 Usage: .venv/bin/python ops/bench/gridworld_random_baseline.py --config configs/grid_3agents.yaml
        [--episodes 200] [--seed 0] [--num-envs N]
@@ -42,6 +43,7 @@ def random_baseline(config: Path, episodes: int, seed: int, num_envs: int | None
         env.reset(buffers, seed=seed)
         returns: list[float] = []
         lengths: list[int] = []
+        stats: list[np.ndarray] = []
         env_steps = 0
         start = time.perf_counter()
         while len(returns) < episodes:
@@ -52,10 +54,12 @@ def random_baseline(config: Path, episodes: int, seed: int, num_envs: int | None
             if done.any():
                 returns.extend(buffers.episode_return[done].tolist())
                 lengths.extend(buffers.episode_length[done].tolist())
+                stats.append(buffers.episode_stats[done].astype(np.float64))
         elapsed = time.perf_counter() - start
     finally:
         env.close()
     values = np.asarray(returns, dtype=np.float64)
+    stat_means = np.concatenate(stats).mean(axis=0) if stats else np.zeros(0)
     return {
         "bench": "gridworld_random_baseline",
         "config": str(config),
@@ -69,6 +73,7 @@ def random_baseline(config: Path, episodes: int, seed: int, num_envs: int | None
         "return_std": round(float(values.std()), 4),
         "return_min": float(values.min()),
         "return_max": float(values.max()),
+        "episode_stats": {name: round(float(mean), 4) for name, mean in zip(env.spec.episode_stats, stat_means)},
         "agent_steps": env_steps * num_envs * num_agents,
         "seconds": round(elapsed, 3),
         "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, {platform.system()}",

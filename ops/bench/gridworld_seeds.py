@@ -82,12 +82,14 @@ def trial(*, config: str, seed: int, agent_steps: int, seconds: float, port: int
     }
 
 
-def summary(config: str, trials: Sequence[dict[str, Any]], random_return: float) -> dict[str, Any]:
-    """The spread of the final return over seeds and how many seeds passed each criterion."""
+def summary(config: str, trials: Sequence[dict[str, Any]], random_return: float,
+            random_stats: dict[str, float] | None = None) -> dict[str, Any]:
+    """The spread of the final return over seeds and how many seeds passed each criterion (``random_stats``: the
+    random policy's named episode stats, shown in the table's random row)."""
     finals = [t["final_return_mean"] for t in trials if t["final_return_mean"] is not None]
     return {
         "bench": "gridworld_seeds_summary", "config": config, "seeds": [t["seed"] for t in trials],
-        "random_return_mean": random_return,
+        "random_return_mean": random_return, "random_episode_stats": dict(random_stats or {}),
         "final_return_min": min(finals) if finals else None,
         "final_return_median": statistics.median(finals) if finals else None,
         "final_return_max": max(finals) if finals else None,
@@ -109,8 +111,9 @@ def markdown_table(trials: Sequence[dict[str, Any]], overview: dict[str, Any], m
             return "yes" if value else "NO"
         return "-" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
 
+    random_stats = overview.get("random_episode_stats", {})
     random_row = ["random", *[cell(overview["random_return_mean"])] * (len(labels) + 1), "", "", "", "",
-                  *[""] * len(stat_names)]
+                  *[cell(random_stats.get(name)) if name in random_stats else "" for name in stat_names]]
     rows = [random_row] + [
         [f"seed {t['seed']}", *[cell(t["return_at"].get(label)) for label in labels], cell(t["final_return_mean"]),
          f"{t['agent_steps']:,}", cell(t["above_random_by_1m"]), cell(t["final_at_least_3x_random"]),
@@ -139,13 +142,14 @@ def main() -> None:
     args = parser.parse_args()
     config_path = resolve_config_path(args.config)
     budget = args.agent_steps or load_config(config_path, args.overrides).trainer.total_timesteps
-    random_return = random_baseline(config_path, RANDOM_EPISODES, RANDOM_SEED, overrides=args.overrides)["return_mean"]
+    random = random_baseline(config_path, RANDOM_EPISODES, RANDOM_SEED, overrides=args.overrides)
+    random_return = random["return_mean"]
     trials = []
     for seed in args.seeds:
         trials.append(trial(config=str(config_path.resolve()), seed=seed, agent_steps=budget, seconds=args.seconds,
                             port=args.port, overrides=args.overrides, random_return=random_return, marks=MARKS))
         emit(trials[-1])
-    overview = summary(config_path.stem, trials, random_return)
+    overview = summary(config_path.stem, trials, random_return, random["episode_stats"])
     emit(overview)
     if args.markdown is not None:
         args.markdown.write_text(markdown_table(trials, overview, MARKS))
