@@ -15,10 +15,13 @@ from envs.connect_four_negamax import check_depth
 
 
 class SeededPlayer:
-    """A named baseline player with its own tie-break generator; subclasses define ``act(obs, masks)``."""
+    """A named baseline player with its own tie-break generator; subclasses define ``act(obs, masks)`` and the
+    ``default_name`` a player gets when none is given."""
 
-    def __init__(self, name: str, *, seed: int = 0) -> None:
-        self.name = name
+    default_name = "baseline"
+
+    def __init__(self, name: str | None = None, *, seed: int = 0) -> None:
+        self.name = self.default_name if name is None else name
         self.rng = np.random.default_rng(seed)
 
     def reseed(self, seed: int) -> None:
@@ -33,8 +36,7 @@ class SeededPlayer:
 class RandomPlayer(SeededPlayer):
     """Uniformly random legal moves (discrete action spaces with masks; the ``random`` baseline)."""
 
-    def __init__(self, name: str = "random", *, seed: int = 0) -> None:
-        super().__init__(name, seed=seed)
+    default_name = "random"
 
     def act(self, obs: np.ndarray, masks: np.ndarray) -> np.ndarray:
         """One uniformly random legal column per row of ``masks``."""
@@ -44,8 +46,7 @@ class RandomPlayer(SeededPlayer):
 class OnePlyPlayer(SeededPlayer):
     """Connect Four's one-ply baseline: win now, else block, else random legal (the ``one_ply`` baseline)."""
 
-    def __init__(self, name: str = "one_ply", *, seed: int = 0) -> None:
-        super().__init__(name, seed=seed)
+    default_name = "one_ply"
 
     def act(self, obs: np.ndarray, masks: np.ndarray) -> np.ndarray:
         """One-ply moves for Connect Four observations [n, 2, 6, 7]."""

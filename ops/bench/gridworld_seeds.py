@@ -83,13 +83,13 @@ def trial(*, config: str, seed: int, agent_steps: int, seconds: float, port: int
 
 
 def summary(config: str, trials: Sequence[dict[str, Any]], random_return: float,
-            random_stats: dict[str, float] | None = None) -> dict[str, Any]:
+            random_stats: dict[str, float]) -> dict[str, Any]:
     """The spread of the final return over seeds and how many seeds passed each criterion (``random_stats``: the
     random policy's named episode stats, shown in the table's random row)."""
     finals = [t["final_return_mean"] for t in trials if t["final_return_mean"] is not None]
     return {
         "bench": "gridworld_seeds_summary", "config": config, "seeds": [t["seed"] for t in trials],
-        "random_return_mean": random_return, "random_episode_stats": dict(random_stats or {}),
+        "random_return_mean": random_return, "random_episode_stats": dict(random_stats),
         "final_return_min": min(finals) if finals else None,
         "final_return_median": statistics.median(finals) if finals else None,
         "final_return_max": max(finals) if finals else None,
@@ -111,9 +111,9 @@ def markdown_table(trials: Sequence[dict[str, Any]], overview: dict[str, Any], m
             return "yes" if value else "NO"
         return "-" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
 
-    random_stats = overview.get("random_episode_stats", {})
+    random_stats = overview["random_episode_stats"]
     random_row = ["random", *[cell(overview["random_return_mean"])] * (len(labels) + 1), "", "", "", "",
-                  *[cell(random_stats.get(name)) if name in random_stats else "" for name in stat_names]]
+                  *[cell(random_stats[name]) if name in random_stats else "" for name in stat_names]]
     rows = [random_row] + [
         [f"seed {t['seed']}", *[cell(t["return_at"].get(label)) for label in labels], cell(t["final_return_mean"]),
          f"{t['agent_steps']:,}", cell(t["above_random_by_1m"]), cell(t["final_at_least_3x_random"]),
