@@ -29,6 +29,12 @@ Episodes end only by truncation after ``max_steps`` steps, for all agents of an 
 re-generated from its own random stream (per-env 64-bit LCG states drawn from ``reset``'s seed), so a run is a
 deterministic function of the reset seed and the actions. Agent slot of agent ``a`` of env ``e``:
 ``e * num_agents + a``.
+
+``stagger_start: 1`` (default 0) staggers the envs in time: ``reset`` starts each env's step counter at a
+uniform random step in ``[0, max_steps)`` from the env's own stream, so its first episode is truncated early
+(its ``episode_length`` says how many steps it really had) and, from then on, episode ends are spread evenly
+over time instead of arriving for every env at once every ``max_steps`` steps (Sample Factory's
+decorrelation of envs, done inside the env). Later episodes all have ``max_steps`` steps.
 """
 
 from __future__ import annotations
@@ -52,7 +58,8 @@ EPISODE_STATS = ("items_collected", "items_converted")
 """Named per-agent episode statistics, in the order of ``StepBuffers.episode_stats``' columns."""
 DEFAULT_MAX_STEPS = 1000
 """Used when ``max_steps <= 0``."""
-GRID_KWARGS = ("map_size", "num_walls", "num_resources", "num_converters", "regrow_steps", "inventory_cap")
+GRID_KWARGS = ("map_size", "num_walls", "num_resources", "num_converters", "regrow_steps", "inventory_cap",
+               "stagger_start")
 """The env.kwargs keys gridworld accepts."""
 
 # Direction vectors for orientations north, east, south, west.
@@ -85,12 +92,16 @@ def grid_settings(kwargs: Mapping[str, Any], num_agents: int) -> dict[str, int]:
         "num_converters": int(kwargs.get("num_converters", max(1, num_agents // 8))),
         "regrow_steps": int(kwargs.get("regrow_steps", 50)),
         "inventory_cap": int(kwargs.get("inventory_cap", 5)),
+        "stagger_start": int(kwargs.get("stagger_start", 0)),
     }
     minimum = {"map_size": 3, "num_walls": 0, "num_resources": 0, "num_converters": 0, "regrow_steps": 1,
-               "inventory_cap": 1}
+               "inventory_cap": 1, "stagger_start": 0}
     for key, low in minimum.items():
         if settings[key] < low:
             raise EnvConfigError(f"env.kwargs.{key} for env 'gridworld' must be >= {low}, got {settings[key]}")
+    if settings["stagger_start"] not in (0, 1):
+        raise EnvConfigError(f"env.kwargs.stagger_start for env 'gridworld' must be 0 or 1, got "
+                             f"{settings['stagger_start']}")
     if settings["inventory_cap"] > 255:
         raise EnvConfigError(f"env.kwargs.inventory_cap for env 'gridworld' must be <= 255, got "
                          f"{settings['inventory_cap']}")
@@ -201,11 +212,12 @@ def _render_env(e, tiles, amap, pos, orient, inv, cap, out):
 
 @njit(cache=True)
 def _reset_kernel(tiles, timers, amap, pos, orient, inv, depleted, steps, returns, collected, converted, rng,
-                  margin, side, n_walls, n_res, n_conv, cap, obs):
+                  margin, side, n_walls, n_res, n_conv, cap, obs, starts, stagger, max_steps):
     for e in range(tiles.shape[0]):
         _generate(e, tiles, timers, amap, pos, orient, inv, rng, margin, side, n_walls, n_res, n_conv)
         depleted[e] = 0
-        steps[e] = 0
+        steps[e] = _rand(rng, e, max_steps) if stagger else 0
+        starts[e] = steps[e]
         for a in range(pos.shape[1]):
             returns[e, a] = 0.0
             collected[e, a] = 0
@@ -217,7 +229,7 @@ def _reset_kernel(tiles, timers, amap, pos, orient, inv, depleted, steps, return
 def _step_kernel(tiles, timers, amap, pos, orient, inv, depleted, steps, returns, collected, converted, rng,
                  margin, side, n_walls, n_res, n_conv, cap, regrow, max_steps, dys, dxs,
                  actions, obs, rewards, terminated, truncated, final_obs, episode_done, episode_return,
-                 episode_length, episode_stats) -> int:
+                 episode_length, episode_stats, starts) -> int:
     """Step every env once; returns 0, or ``-1 - i`` if ``actions[i]`` is out of range (nothing stepped)."""
     num_envs = tiles.shape[0]
     n = pos.shape[1]
@@ -274,7 +286,7 @@ def _step_kernel(tiles, timers, amap, pos, orient, inv, depleted, steps, returns
                 truncated[s] = True
                 episode_done[s] = True
                 episode_return[s] = returns[e, a]
-                episode_length[s] = steps[e]
+                episode_length[s] = steps[e] - starts[e]
                 episode_stats[s, 0] = collected[e, a]
                 episode_stats[s, 1] = converted[e, a]
                 returns[e, a] = 0.0
@@ -283,6 +295,7 @@ def _step_kernel(tiles, timers, amap, pos, orient, inv, depleted, steps, returns
             _generate(e, tiles, timers, amap, pos, orient, inv, rng, margin, side, n_walls, n_res, n_conv)
             depleted[e] = 0
             steps[e] = 0
+            starts[e] = 0
         else:
             for a in range(n):
                 truncated[e * n + a] = False
@@ -318,6 +331,8 @@ class GridworldVec:
         self._inv = np.zeros((num_envs, num_agents), dtype=np.int64)
         self._depleted = np.zeros(num_envs, dtype=np.int64)
         self._steps = np.zeros(num_envs, dtype=np.int64)
+        self._starts = np.zeros(num_envs, dtype=np.int64)
+        """Step each env's current episode started at (non-zero only for a staggered first episode)."""
         self._returns = np.zeros((num_envs, num_agents), dtype=np.float64)
         self._collected = np.zeros((num_envs, num_agents), dtype=np.int64)
         self._converted = np.zeros((num_envs, num_agents), dtype=np.int64)
@@ -341,7 +356,7 @@ class GridworldVec:
         """Reseed every env's stream from ``seed``, draw fresh maps, write first observations, clear the rest."""
         self._rng[:] = np.random.default_rng(seed).integers(1, 2**62, size=self.num_envs, dtype=np.int64)
         self._seeded = True
-        _reset_kernel(*self._map_args(), buffers.obs)
+        _reset_kernel(*self._map_args(), buffers.obs, self._starts, self.settings["stagger_start"], self.max_steps)
         buffers.clear_step_outputs()
 
     def step(self, buffers: StepBuffers) -> None:
@@ -352,7 +367,7 @@ class GridworldVec:
             *self._map_args(), self.settings["regrow_steps"], self.max_steps, _DY, _DX,
             buffers.actions, buffers.obs, buffers.rewards, buffers.terminated, buffers.truncated,
             buffers.final_obs, buffers.episode_done, buffers.episode_return, buffers.episode_length,
-            buffers.episode_stats,
+            buffers.episode_stats, self._starts,
         )
         if code < 0:
             i = -1 - code

@@ -172,6 +172,14 @@ def test_gridworld_seeds_bench_scores_one_seed_through_the_pipeline(tmp_path: Pa
     assert set(Path("/dev/shm").glob("sluice_*")) <= before
 
 
+def test_gridworld_random_baseline_counts_whole_episodes_of_a_staggered_config() -> None:
+    config = REPO / "configs" / "grid_3agents.yaml"
+    assert "stagger_start" in config.read_text()  # the config staggers its envs' first episodes
+    (record,) = run_bench("gridworld_random_baseline.py", "--config", str(config), "--episodes", "30", timeout=120)
+    assert record["bench"] == "gridworld_random_baseline" and record["episodes"] >= 30
+    assert record["episode_length_mean"] == 1000.0 and "stagger_start" not in record["env_kwargs"]
+
+
 C4_SMOKE_SETTINGS = ("trainer.total_timesteps=12000", "trainer.batch_size=2048", "trainer.minibatch_size=1024",
                      "trainer.forward_pass_minibatch_target_size=32", "selfplay.snapshot_interval=1",
                      "selfplay.alternation_steps=40", "evaluation.interval_updates=1", "evaluation.games=10",

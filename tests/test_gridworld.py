@@ -173,6 +173,37 @@ def test_truncation_final_obs_and_auto_reset() -> None:
     assert buffers.truncated.all() and (buffers.episode_length == 5).all() and (buffers.episode_return == 0).all()
 
 
+def _episode_ends(env: GridworldVec, buffers: StepBuffers, steps: int) -> list[tuple[int, int, int]]:
+    """(step, agent slot, episode_length) of every episode end over ``steps`` steps of random actions."""
+    rng = np.random.default_rng(2)
+    ends = []
+    for t in range(1, steps + 1):
+        buffers.actions[:] = rng.integers(0, 5, size=buffers.actions.shape)
+        env.step(buffers)
+        ends += [(t, int(s), int(buffers.episode_length[s])) for s in np.flatnonzero(buffers.episode_done)]
+    return ends
+
+
+def test_stagger_start_spreads_the_first_episode_ends_then_runs_whole_episodes() -> None:
+    max_steps, num_envs, agents = 50, 40, 2
+    env, buffers = _env(num_envs=num_envs, num_agents=agents, max_steps=max_steps, stagger_start=1)
+    plain, plain_buffers = _env(num_envs=num_envs, num_agents=agents, max_steps=max_steps)
+    np.testing.assert_array_equal(buffers.obs, plain_buffers.obs)  # the same maps: only the clocks differ
+    ends = _episode_ends(env, buffers, 3 * max_steps)
+    first = {}
+    for t, slot, length in ends:
+        first.setdefault(slot, (t, length))
+    assert sorted(first) == list(range(num_envs * agents))  # every agent's first episode ended by max_steps
+    for slot, (t, length) in first.items():
+        assert 1 <= t <= max_steps and length == t  # the first episode is cut short, and says how short
+        assert first[slot - slot % agents] == (t, length)  # the agents of one env end together
+    first_ends = {t for t, _ in first.values()}
+    assert len(first_ends) >= 20  # spread over the window, not all at once
+    later = [(t, slot, length) for t, slot, length in ends if t > first[slot][0]]
+    assert later and all(length == max_steps and (t - first[slot][0]) % max_steps == 0 for t, slot, length in later)
+    assert {t for t, _, _ in _episode_ends(plain, plain_buffers, 3 * max_steps)} == {50, 100, 150}
+
+
 def test_reproducible_from_the_seed() -> None:
     def run(seed: int) -> list[np.ndarray]:
         env = GridworldVec(3, num_agents=4, max_steps=7)
@@ -233,7 +264,9 @@ def test_kwargs_errors() -> None:
         env_spec(EnvConfig(name="gridworld", num_agents=3, kwargs={"map_sise": 20, "speed": 1}))
     assert str(err.value) == (
         "env.kwargs for env 'gridworld' has unknown keys ['map_sise', 'speed']; allowed keys: 'map_size', "
-        "'num_walls', 'num_resources', 'num_converters', 'regrow_steps', 'inventory_cap'")
+        "'num_walls', 'num_resources', 'num_converters', 'regrow_steps', 'inventory_cap', 'stagger_start'")
+    with pytest.raises(ValueError, match=r"env.kwargs.stagger_start for env 'gridworld' must be 0 or 1, got 2"):
+        env_spec(EnvConfig(name="gridworld", num_agents=3, kwargs={"stagger_start": 2}))
     with pytest.raises(ValueError, match=r"env.kwargs.map_size for env 'gridworld' must be an integer, got 2.5"):
         make_vec_env(EnvConfig(name="gridworld", num_agents=3, kwargs={"map_size": 2.5}), 1)
     with pytest.raises(ValueError, match=r"env.kwargs.regrow_steps for env 'gridworld' must be >= 1, got 0"):

@@ -3,7 +3,8 @@
 Builds the env exactly as a run config does (``configs.loader`` + ``envs.registry.make_vec_env``),
 steps it with uniformly random actions from a seeded NumPy generator until at least ``--episodes`` agent
 episodes have finished, and prints one JSON object with the mean and std of the per-agent episode return and the
-means of the env's named episode stats (the gridworld's items collected and converted).
+means of the env's named episode stats (the gridworld's items collected and converted). A config's staggered start
+(``env.kwargs.stagger_start``) is turned off here, so every episode counted has the full ``max_steps`` steps.
 A trained policy should beat this mean by a margin well outside the std.
 Usage: .venv/bin/python ops/bench/gridworld_random_baseline.py --config configs/grid_3agents.yaml
        [--episodes 200] [--seed 0] [--num-envs N]
@@ -12,6 +13,7 @@ Usage: .venv/bin/python ops/bench/gridworld_random_baseline.py --config configs/
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -33,10 +35,12 @@ def random_baseline(config: Path, episodes: int, seed: int, num_envs: int | None
     """Step the config's env (``overrides``: ``SECTION.KEY=VALUE`` as the learner's ``--set``) with uniform random
     actions until ``episodes`` agent episodes have ended."""
     cfg = load_config(config, overrides)
-    num_agents = cfg.env.num_agents
+    env_config = dataclasses.replace(cfg.env, kwargs={key: value for key, value in cfg.env.kwargs.items()
+                                                      if key != "stagger_start"})  # whole episodes only
+    num_agents = env_config.num_agents
     if num_envs is None:
         num_envs = max(1, math.ceil(episodes / num_agents))  # episodes end together: one pass is enough
-    env = make_vec_env(cfg.env, num_envs)
+    env = make_vec_env(env_config, num_envs)
     try:
         buffers = StepBuffers.allocate(env.spec, num_envs)
         rng = np.random.default_rng(seed)
@@ -65,7 +69,7 @@ def random_baseline(config: Path, episodes: int, seed: int, num_envs: int | None
         "config": str(config),
         "num_agents": num_agents,
         "num_envs": num_envs,
-        "env_kwargs": dict(cfg.env.kwargs),
+        "env_kwargs": dict(env_config.kwargs),
         "seed": seed,
         "episodes": int(values.size),
         "episode_length_mean": float(np.mean(lengths)),
