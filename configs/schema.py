@@ -243,7 +243,8 @@ class EvaluationSection:
     greedy: bool = False
     """Snapshots take their most probable legal action (true) or sample as in training (false)."""
     gate_games: int = 0
-    """> 0: a snapshot that scores at least the best's must also win this many games (even) against it, score > 0.5."""
+    """> 0: a snapshot that scores at least the best's must also score > 0.5 in this many games (even) against it,
+    both sides sampling their moves."""
 
 
 @dataclass(frozen=True, kw_only=True)

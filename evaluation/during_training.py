@@ -10,9 +10,10 @@ the best snapshot's update so far).
 
 The best snapshot is the one with the highest mean score over the baselines so far (ties: the newer), so the kept
 best never gets worse against them. With ``--gate-games N`` (evaluation.gate_games) such a snapshot must also score
-above 0.5 in N games against the kept best itself (recorded as ``against_best``), so a snapshot that beats the
-baselines but loses to its predecessor does not replace it. It lives in ``<run-dir>/best/`` (``evaluation/best_snapshot.py``: its weights and
-``best.json``, written atomically).
+above 0.5 in N games against the kept best itself (recorded as ``against_best``; both sides sample their moves,
+even with ``--greedy``), so a snapshot that beats the baselines but loses to its predecessor does not replace it.
+It lives in ``<run-dir>/best/`` (``evaluation/best_snapshot.py``: its weights and ``best.json``, written
+atomically).
 
 Usually the learner starts this as its child process when ``evaluation.interval_updates > 0`` and passes the
 section's values as options; defaults otherwise come from the run's ``config.yaml``. It stops on SIGTERM or
@@ -175,14 +176,16 @@ class Evaluator:
 
     def evaluate(self, snapshot: Snapshot) -> Evaluation:
         """Play one snapshot against every baseline, then record the results (and the best)."""
-        policy = PolicyPlayer(POLICY_NAME, self.spec, self.config.model, self.store.load(snapshot.index),
+        arrays = self.store.load(snapshot.index)
+        policy = PolicyPlayer(POLICY_NAME, self.spec, self.config.model, arrays,
                               greedy=self.settings.greedy, seed=self.settings.seed, version=snapshot.policy_version)
         outcomes = {name: play_match(policy, player, episodes=self.settings.games, env_config=self.config.env,
                                      seed=pairing_seed(self.settings.seed, POLICY_NAME, name))
                     for name, player in self.baselines.items()}
         evaluation = Evaluation(snapshot=snapshot, outcomes=outcomes)
         new_best = is_new_best(evaluation.mean_score, self.best_mean_score)
-        against = self._against_best(policy) if new_best and self.settings.gate_games else None
+        against = self._against_best(arrays, snapshot.policy_version) if new_best and self.settings.gate_games \
+            else None
         if against is not None:
             evaluation = Evaluation(snapshot=snapshot, outcomes=outcomes, against_best=against)
             new_best = against.score_a > 0.5
@@ -196,19 +199,22 @@ class Evaluator:
         return evaluation
 
 
-    def _against_best(self, policy: PolicyPlayer) -> MatchOutcome | None:
-        """The head-to-head gate: ``policy`` against the kept best (None when there is none yet, or best/ cannot
-        be read: no gate)."""
+    def _against_best(self, arrays: dict, version: int) -> MatchOutcome | None:
+        """The head-to-head gate: the snapshot (its weights ``arrays``) against the kept best (None when there is
+        none yet, or best/ cannot be read: no gate). Both sides SAMPLE their moves whatever ``greedy`` says: two
+        greedy policies would replay the same two games (one per seat) for all ``gate_games``."""
         best = read_best(self.run_dir)
         if self.best_update is None or best is None:
             return None
         try:
-            arrays = load_safetensors(str(self.run_dir / BEST_DIR / best["weights"]))
+            kept_arrays = load_safetensors(str(self.run_dir / BEST_DIR / best["weights"]))
         except (OSError, TypeError, KeyError, SafetensorError):
             return None
-        kept = PolicyPlayer(KEPT_BEST_NAME, self.spec, self.config.model, arrays, greedy=self.settings.greedy,
+        kept = PolicyPlayer(KEPT_BEST_NAME, self.spec, self.config.model, kept_arrays, greedy=False,
                             seed=self.settings.seed, version=int(best.get("policy_version", 0)))
-        return play_match(policy, kept, episodes=self.settings.gate_games, env_config=self.config.env,
+        challenger = PolicyPlayer(POLICY_NAME, self.spec, self.config.model, arrays, greedy=False,
+                                  seed=self.settings.seed, version=version)
+        return play_match(challenger, kept, episodes=self.settings.gate_games, env_config=self.config.env,
                           seed=pairing_seed(self.settings.seed, POLICY_NAME, KEPT_BEST_NAME))
 
 

@@ -101,6 +101,7 @@ class _VersionPlayer:
 
     def __init__(self, name, spec, model, arrays, *, greedy, seed, version):
         self.inference = type("I", (), {"version": (version - 1)})()
+        self.greedy = greedy
 
 
 def test_evaluator_writes_lines_and_keeps_the_best(scripted_run):
@@ -143,12 +144,14 @@ def test_the_gate_keeps_a_best_that_its_challenger_cannot_beat_head_to_head(scri
 
     def fake_match(a, b, *, episodes, env_config, seed=0):
         if not isinstance(b, _VersionPlayer):
+            assert a.greedy  # the evaluation's play mode against the baselines
             return against_baselines(a, b, episodes=episodes, env_config=env_config, seed=seed)
+        assert not a.greedy and not b.greedy  # the gate samples: two greedy players would replay two games
         wins, draws = head_to_head[(a.inference.version, b.inference.version)]
         return MatchOutcome(wins_a=wins, draws=draws, wins_b=episodes - wins - draws, a_first=episodes // 2)
 
     monkeypatch.setattr(during_training, "play_match", fake_match)
-    _evaluator(scripted_run, interval_updates=10, gate_games=4).evaluate_due()
+    _evaluator(scripted_run, interval_updates=10, gate_games=4, greedy=True).evaluate_due()
     lines = _lines(scripted_run)
     # means: u10 0.75 (the first best: no gate), u20 0.25, u30 0.875 but 1-0-3 against u10 (u10 stays),
     # u40 0.75 (a tie with u10) and 3-0-1 against it (u40 is the best), u50 0.0
