@@ -183,7 +183,7 @@ def test_gridworld_random_baseline_counts_whole_episodes_of_a_staggered_config()
 C4_SMOKE_SETTINGS = ("trainer.total_timesteps=12000", "trainer.batch_size=2048", "trainer.minibatch_size=1024",
                      "trainer.forward_pass_minibatch_target_size=32", "selfplay.snapshot_interval=1",
                      "selfplay.alternation_steps=40", "evaluation.interval_updates=1", "evaluation.games=10",
-                     "model.hidden_size=32")
+                     "model.hidden_size=32", "evaluation.gate_games=4")
 """A Connect Four run of a few updates that still evaluates snapshots and keeps a best one."""
 
 
@@ -202,7 +202,7 @@ def test_connect4_strength_bench_trains_plays_the_best_and_rates_the_kept_best(t
         assert result["score"] == (result["wins"] + result["draws"] / 2) / 20
     assert seed["kept_best_elo"] and isinstance(seed["elo_never_falls"], bool)
     assert [p["update"] for p in seed["kept_best_elo"]] == sorted(p["update"] for p in seed["kept_best_elo"])
-    assert seed["greedy"] is False and set(seed["results_other_mode"]) == {"one_ply", "negamax-4"}
+    assert seed["greedy"] is True and set(seed["results_other_mode"]) == {"one_ply", "negamax-4"}  # config: greedy
     assert seed["elo_largest_drop"] >= 0 and (seed["elo_largest_drop"] == 0) == seed["elo_never_falls"]
     assert isinstance(seed["passed"], bool) and overview["bench"] == "connect4_strength_summary"
     assert overview["trials"] == 1 and len(overview["one_ply_win_rate"]) == 1
