@@ -95,7 +95,7 @@ def grid_settings(kwargs: Mapping[str, Any], num_agents: int) -> dict[str, int]:
         "stagger_start": int(kwargs.get("stagger_start", 0)),
     }
     minimum = {"map_size": 3, "num_walls": 0, "num_resources": 0, "num_converters": 0, "regrow_steps": 1,
-               "inventory_cap": 1, "stagger_start": 0}
+               "inventory_cap": 1}
     for key, low in minimum.items():
         if settings[key] < low:
             raise EnvConfigError(f"env.kwargs.{key} for env 'gridworld' must be >= {low}, got {settings[key]}")
