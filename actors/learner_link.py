@@ -83,6 +83,16 @@ def waiting_notice(learner: Endpoint, *, waited_s: float, curve: bool) -> str:
     return f"actors: waiting for the learner at {learner.url} ... ({waited_s:.0f} s so far; {'; '.join(checks)})"
 
 
+def refuses_register(error: Message) -> bool:
+    """Whether an ERROR reply refuses this host's REGISTER, not an earlier heartbeat or rows message: it names
+    ``register`` as the refused type, or names none (a message the learner could not decode) and is not the
+    ``not_registered`` answer that only ever goes to a message other than REGISTER."""
+    refused = error.fields.get("refused")
+    if refused is not None:
+        return refused == MessageType.REGISTER.value
+    return error.fields.get("reason") != "not_registered"
+
+
 class LearnerRefused(RuntimeError):
     """The learner refused this host (its CURVE key is not allowed); the message says what to do."""
 
@@ -176,8 +186,11 @@ class LearnerLink:
                     return self._registration(reply)
                 if reply.type is MessageType.SHUTDOWN:
                     return None
-                if reply.type is MessageType.ERROR:
+                if reply.type is MessageType.ERROR and refuses_register(reply):
                     raise RuntimeError(f"learner refused registration: {reply.fields['message']}")
+                if reply.type is MessageType.ERROR:  # a late answer to a message sent before this REGISTER
+                    LOG.info("while registering, the learner refused an earlier %s: %s",
+                             reply.fields.get("refused", "message"), reply.fields["message"])
             self._check_not_refused()
             tried = True
             now = time.monotonic()

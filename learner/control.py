@@ -220,6 +220,7 @@ class ControlServer(threading.Thread):
 
     def _serve(self, frames: list) -> None:
         identity, payload = frames[0].bytes, frames[1:]
+        message: Message | None = None
         try:
             message = decode(payload, self.limits)
             reply = self._handle(identity, message, curve_key=curve_key_of(frames[0]), peer=peer_address_of(frames[0]))
@@ -227,8 +228,10 @@ class ControlServer(threading.Thread):
             with self.lock:
                 self.rejected[err.reason] += 1
             self.reject_log.reject(err.reason, str(err), sender=identity)
-            reply = Message(type=MessageType.ERROR, sender="learner",
-                            fields={"reason": err.reason, "message": str(err)})
+            fields = {"reason": err.reason, "message": str(err)}
+            if message is not None:
+                fields["refused"] = message.type.value
+            reply = Message(type=MessageType.ERROR, sender="learner", fields=fields)
         if reply is not None:
             self.socket.send_multipart([identity, *encode(reply)], copy=False)
 

@@ -16,7 +16,7 @@ import pytest
 import zmq
 import zmq.auth
 
-from actors.learner_link import LearnerLink
+from actors.learner_link import LearnerLink, refuses_register
 from configs.plan import make_plan
 from configs.schema import TrainerSection
 from learner.control import HOST_NAME_CHARS, ControlServer
@@ -170,8 +170,38 @@ def test_an_unregistered_identity_may_only_register() -> None:
         for type_ in (MessageType.GET_WEIGHTS, MessageType.HEARTBEAT):
             reply = ask(sock, type_)
             assert reply.type is MessageType.ERROR and reply.fields["reason"] == "not_registered"
-            assert not reply.arrays
+            assert reply.fields["refused"] == type_.value and not reply.arrays
         assert served.server.counts().rejected_by_reason == {"not_registered": 2}
+
+
+def test_registering_reads_a_late_refusal_of_an_earlier_heartbeat_as_that_and_registers() -> None:
+    """A host whose learner restarted sends a heartbeat (refused: not registered) and then REGISTER; the
+    heartbeat's refusal arrives while it waits for REGISTERED and must not read as a refused registration."""
+    with control_server() as served:
+        link = LearnerLink(parse_endpoint(served.address), num_workers=1, limits=Limits())
+        try:
+            assert wait_for(lambda: link.control.poll(0, zmq.POLLOUT), 5)
+            link.send_control(MessageType.HEARTBEAT)
+            assert link.control.poll(5000)  # the refusal is queued before REGISTER goes out
+            registration = link.register(retry_s=1.0, should_stop=lambda: False)
+            assert registration is not None and served.registry.get(registration.token) is not None
+        finally:
+            link.close()
+
+
+def test_a_refused_register_and_an_undecodable_message_still_stop_registration() -> None:
+    with control_server() as served:
+        link = LearnerLink(parse_endpoint(served.address), num_workers=4097, limits=Limits())
+        try:
+            with pytest.raises(RuntimeError, match="learner refused registration: .*1..4096"):
+                link.register(retry_s=1.0, should_stop=lambda: False)
+        finally:
+            link.close()
+    undecodable = Message(type=MessageType.ERROR, sender="learner", fields={"reason": "bad_protocol", "message": "x"})
+    late = Message(type=MessageType.ERROR, sender="learner", fields={"reason": "not_registered", "message": "x"})
+    named = Message(type=MessageType.ERROR, sender="learner",
+                    fields={"reason": "rate_limited", "message": "x", "refused": "get_weights"})
+    assert refuses_register(undecodable) and not refuses_register(late) and not refuses_register(named)
 
 
 def test_weight_requests_beyond_the_rate_limit_get_a_small_error() -> None:
