@@ -198,7 +198,6 @@ class Evaluator:
         self.last_update = snapshot.update
         return evaluation
 
-
     def _against_best(self, arrays: dict, version: int) -> MatchOutcome | None:
         """The head-to-head gate: the snapshot (its weights ``arrays``) against the kept best (None when there is
         none yet, or best/ cannot be read: no gate). Both sides SAMPLE their moves whatever ``greedy`` says: two
