@@ -13,16 +13,17 @@ if it runs past ``--seconds`` (the issue's limit: 30 minutes). Then, on the run 
   best (when it became the best) against each other and the baselines; the kept best's ELO curve must never fall
   (each newer best rated at least as high as the one before).
 
-The verdicts are judged on the play mode the run's config evaluates with (evaluation.greedy: false, sampling);
-the other mode's results are reported beside them. Prints one JSON line per seed and a summary line;
-``--markdown FILE`` writes the table for the README; ``--keep-runs DIR`` copies each seed's run directory (pool,
-best/, evaluation.jsonl, metrics.jsonl, elo/) to ``DIR/seed<N>`` before the temporary one is removed; ``--runs DIR
-...`` scores such finished run directories again without training.
+The verdicts are judged on the play mode the run's config evaluates with (evaluation.greedy; the shipped config:
+true, greedy); the other mode's results are reported beside them. ``--game-seed`` picks other final games (the
+same kept best against another 400 games: how much of a verdict is the games drawn). Prints one JSON line per
+seed and a summary line; ``--markdown FILE`` writes the table for the README; ``--keep-runs DIR`` copies each
+seed's run directory (pool, best/, evaluation.jsonl, metrics.jsonl, elo/) to ``DIR/seed<N>`` before the temporary
+one is removed; ``--runs DIR ...`` scores such finished run directories again without training.
 
 Usage: .venv/bin/python ops/bench/connect4_strength.py [--seeds 1 2 3] [--seconds 1800] [--games 400]
        [--opponents one_ply negamax-4] [--elo-games 200] [--port 6500] [--set SECTION.KEY=VALUE ...]
-       [--keep-runs DIR] [--markdown FILE]
-       .venv/bin/python ops/bench/connect4_strength.py --runs DIR/seed1 DIR/seed2 ... [--markdown FILE]
+       [--keep-runs DIR] [--markdown FILE] [--game-seed N]
+       .venv/bin/python ops/bench/connect4_strength.py --runs DIR/seed1 DIR/seed2 ... [--markdown FILE] [--game-seed N]
 """
 
 from __future__ import annotations
@@ -53,20 +54,21 @@ GAME_SEED = 20261126
 """Seed of the final games (evaluation during training uses others)."""
 
 
-def play_best(run_dir: Path, *, opponents: Sequence[str], games: int, greedy: bool) -> dict[str, Any]:
-    """The kept best snapshot's results against each opponent (``games`` games each, seats alternating), sampling
-    its moves or (``greedy``) taking the most probable legal one."""
+def play_best(run_dir: Path, *, opponents: Sequence[str], games: int, greedy: bool,
+              game_seed: int = GAME_SEED) -> dict[str, Any]:
+    """The kept best snapshot's results against each opponent (``games`` games each, seats alternating, drawn from
+    ``game_seed``), sampling its moves or (``greedy``) taking the most probable legal one."""
     best = read_best(run_dir)
     if best is None:
         return {}
     config = elo.load_run_config(run_dir)
     arrays = load_file(str(run_dir / BEST_DIR / best["weights"]))
-    player = PolicyPlayer("best", env_spec(config.env), config.model, arrays, greedy=greedy, seed=GAME_SEED,
+    player = PolicyPlayer("best", env_spec(config.env), config.model, arrays, greedy=greedy, seed=game_seed,
                           version=best["policy_version"])
     results = {}
     for name in opponents:
-        outcome = play_match(player, baseline_player(name, seed=GAME_SEED), episodes=games, env_config=config.env,
-                             seed=elo.pairing_seed(GAME_SEED, "best", name))
+        outcome = play_match(player, baseline_player(name, seed=game_seed), episodes=games, env_config=config.env,
+                             seed=elo.pairing_seed(game_seed, "best", name))
         results[name] = {"wins": outcome.wins_a, "draws": outcome.draws, "losses": outcome.wins_b, "games": games,
                          "win_rate": round(outcome.wins_a / games, 4),
                          "score": round((outcome.wins_a + outcome.draws / 2) / games, 4)}
@@ -89,16 +91,18 @@ def kept_best_elo(run_dir: Path, *, games: int) -> dict[str, Any]:
             "elo_never_falls": all(drop <= 0 for drop in drops), "elo_largest_drop": round(max([0.0, *drops]), 1)}
 
 
-def score(run_dir: Path, *, opponents: Sequence[str], games: int, elo_games: int) -> dict[str, Any]:
+def score(run_dir: Path, *, opponents: Sequence[str], games: int, elo_games: int,
+          game_seed: int = GAME_SEED) -> dict[str, Any]:
     """Everything the check measures on a finished run directory, and the issue's verdicts (judged on the play
     mode the run's config evaluates with, evaluation.greedy; the other mode is reported beside it)."""
     best = read_best(run_dir)
     if best is None:
         return {"best_update": None, "results": {}, "passed": False}
     greedy = elo.load_run_config(run_dir).evaluation.greedy
-    record = {"best_update": best["update"], "greedy": greedy,
-              "results": play_best(run_dir, opponents=opponents, games=games, greedy=greedy),
-              "results_other_mode": play_best(run_dir, opponents=opponents, games=games, greedy=not greedy),
+    record = {"best_update": best["update"], "greedy": greedy, "game_seed": game_seed,
+              "results": play_best(run_dir, opponents=opponents, games=games, greedy=greedy, game_seed=game_seed),
+              "results_other_mode": play_best(run_dir, opponents=opponents, games=games, greedy=not greedy,
+                                              game_seed=game_seed),
               **kept_best_elo(run_dir, games=elo_games)}
     one_ply, negamax = record["results"].get("one_ply"), record["results"].get("negamax-4")
     record["wins_80pct_vs_one_ply"] = None if one_ply is None else one_ply["win_rate"] >= WIN_RATE_VS_ONE_PLY
@@ -109,7 +113,7 @@ def score(run_dir: Path, *, opponents: Sequence[str], games: int, elo_games: int
 
 
 def trial(*, seed: int, seconds: float, port: int, overrides: Sequence[str], opponents: Sequence[str], games: int,
-          elo_games: int, total_timesteps: int, keep_runs: Path | None) -> dict[str, Any]:
+          elo_games: int, total_timesteps: int, keep_runs: Path | None, game_seed: int = GAME_SEED) -> dict[str, Any]:
     """Train one seed with the README command and measure its kept best."""
     started = time.monotonic()
     with trained_run(config=CONFIG, seed=seed, seconds=seconds, port=port,
@@ -118,7 +122,7 @@ def trial(*, seed: int, seconds: float, port: int, overrides: Sequence[str], opp
         if keep_runs is not None and run.run_dir.is_dir():  # first: a run that fails to score is still kept
             shutil.copytree(run.run_dir, keep_runs / f"seed{seed}", dirs_exist_ok=True,
                             ignore=shutil.ignore_patterns("checkpoints"))
-        measured = score(run.run_dir, opponents=opponents, games=games, elo_games=elo_games)
+        measured = score(run.run_dir, opponents=opponents, games=games, elo_games=elo_games, game_seed=game_seed)
         if keep_runs is not None and (run.run_dir / "elo").is_dir():  # and its elo/ output
             shutil.copytree(run.run_dir / "elo", keep_runs / f"seed{seed}" / "elo", dirs_exist_ok=True)
         within_cap = run.learner_exit_code == 0 and train_s <= seconds
@@ -167,19 +171,22 @@ def main() -> None:
     parser.add_argument("--runs", type=Path, nargs="+", default=None,
                         help="score these finished run directories (e.g. from --keep-runs) instead of training")
     parser.add_argument("--markdown", type=Path, default=None, help="also write the results as a Markdown table")
+    parser.add_argument("--game-seed", type=int, default=GAME_SEED, help="seed of the final games against the "
+                        "opponents (another seed: the same kept best against other games)")
     args = parser.parse_args()
     trials = []
     if args.runs is not None:
         for run_dir in args.runs:
             trials.append({"bench": "connect4_strength", "run_dir": str(run_dir),
-                           **score(run_dir, opponents=args.opponents, games=args.games, elo_games=args.elo_games)})
+                           **score(run_dir, opponents=args.opponents, games=args.games, elo_games=args.elo_games,
+                                   game_seed=args.game_seed)})
             emit(trials[-1])
     else:
         total = load_config(resolve_config_path(CONFIG), args.overrides).trainer.total_timesteps
         for seed in args.seeds:
             trials.append(trial(seed=seed, seconds=args.seconds, port=args.port, overrides=args.overrides,
                                 opponents=args.opponents, games=args.games, elo_games=args.elo_games,
-                                total_timesteps=total, keep_runs=args.keep_runs))
+                                total_timesteps=total, keep_runs=args.keep_runs, game_seed=args.game_seed))
             emit(trials[-1])
     emit({"bench": "connect4_strength_summary", "trials": len(trials), "passed": sum(t["passed"] for t in trials),
           **{f"{name}_{key}": [t["results"].get(name, {}).get(key) for t in trials]
