@@ -210,8 +210,9 @@ def test_connect4_strength_bench_trains_plays_the_best_and_rates_the_kept_best(t
     assert table.read_text().startswith("| seed | train s | agent steps | best update |")
     # a kept run scores again without training
     (again, _), = [run_bench("connect4_strength.py", "--runs", str(kept / "seed1"), "--games", "10", "--elo-games",
-                             "4", "--game-seed", "5", timeout=120)]
+                             "4", "--game-seed", "5", "--markdown", str(tmp_path / "again.md"), timeout=120)]
     assert again["run_dir"] == str(kept / "seed1") and again["best_update"] == seed["best_update"]
+    assert f"| {kept / 'seed1'} | - | - | {seed['best_update']} |" in (tmp_path / "again.md").read_text()
     assert (seed["game_seed"], again["game_seed"]) == (20261126, 5)  # other final games for the same kept best
     assert all(r["games"] == 10 for r in again["results"].values()) and "train_s" not in again
     assert not descendants(os.getpid())

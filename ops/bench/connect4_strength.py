@@ -140,8 +140,9 @@ def markdown_table(trials: Sequence[dict[str, Any]], opponents: Sequence[str], g
               "never falls (largest drop)"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for t in trials:
-        cells = [str(t.get("seed", t.get("run_dir"))), f"{t.get('train_s') or 0:.0f}", f"{t.get('agent_steps') or 0:,}",
-                 str(t["best_update"])]
+        trained = "train_s" in t  # --runs: scored again, not trained here
+        cells = [str(t.get("seed", t.get("run_dir"))), f"{t['train_s']:.0f}" if trained else "-",
+                 f"{t.get('agent_steps') or 0:,}" if trained else "-", str(t["best_update"])]
         for name in opponents:
             r = t["results"].get(name)
             cells.append("-" if r is None else
