@@ -119,9 +119,9 @@ OPTIONAL_FIELDS: dict[MessageType, dict[str, type]] = {
 message, and the learner drops rows whose token no registered host holds. ``data_endpoints`` (REGISTERED,
 HEARTBEAT_ACK): with several learner ranks, the data sockets this host pushes rows to (``tcp://*:PORT`` meaning the
 learner's own address); a host without the field pushes to ``data_endpoint``. ``BYE.reason``: why a host leaves
-when it is not a clean stop (e.g. a worker that crashes in a loop); absent for a normal goodbye. ``ERROR.refused``: the type of the message the error
-answers, when the learner could decode it (a host registering again reads a late refusal of its last heartbeat as
-that, not as a refusal of its REGISTER)."""
+when it is not a clean stop (e.g. a worker that crashes in a loop); absent for a normal goodbye.
+``ERROR.refused``: the type of the message the error answers, when the learner could decode it (a host registering
+again reads a late refusal of its last heartbeat as that, not as a refusal of its REGISTER)."""
 
 
 def _type_ok(value: Any, expected: type) -> bool:
