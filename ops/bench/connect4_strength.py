@@ -55,7 +55,7 @@ GAME_SEED = 20261126
 
 
 def play_best(run_dir: Path, *, opponents: Sequence[str], games: int, greedy: bool,
-              game_seed: int = GAME_SEED) -> dict[str, Any]:
+              game_seed: int) -> dict[str, Any]:
     """The kept best snapshot's results against each opponent (``games`` games each, seats alternating, drawn from
     ``game_seed``), sampling its moves or (``greedy``) taking the most probable legal one."""
     best = read_best(run_dir)
@@ -92,7 +92,7 @@ def kept_best_elo(run_dir: Path, *, games: int) -> dict[str, Any]:
 
 
 def score(run_dir: Path, *, opponents: Sequence[str], games: int, elo_games: int,
-          game_seed: int = GAME_SEED) -> dict[str, Any]:
+          game_seed: int) -> dict[str, Any]:
     """Everything the check measures on a finished run directory, and the issue's verdicts (judged on the play
     mode the run's config evaluates with, evaluation.greedy; the other mode is reported beside it)."""
     best = read_best(run_dir)
@@ -113,7 +113,7 @@ def score(run_dir: Path, *, opponents: Sequence[str], games: int, elo_games: int
 
 
 def trial(*, seed: int, seconds: float, port: int, overrides: Sequence[str], opponents: Sequence[str], games: int,
-          elo_games: int, total_timesteps: int, keep_runs: Path | None, game_seed: int = GAME_SEED) -> dict[str, Any]:
+          elo_games: int, total_timesteps: int, keep_runs: Path | None, game_seed: int) -> dict[str, Any]:
     """Train one seed with the README command and measure its kept best."""
     started = time.monotonic()
     with trained_run(config=CONFIG, seed=seed, seconds=seconds, port=port,
