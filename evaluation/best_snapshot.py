@@ -10,14 +10,28 @@ older weights files are removed after.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
+from learner.jsonl import json_records
 from learner.pool import Snapshot, _atomic_write
 
 BEST_DIR = "best"
 """The folder of the kept best snapshot, in the run directory."""
 BEST_NAME = "best.json"
 """The best snapshot's description, in BEST_DIR."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class KeptBest:
+    """A snapshot that was (or is) the kept best."""
+
+    update: int
+    """Learner update of the snapshot."""
+    policy_version: int
+    """Its policy version."""
+    hash: str
+    """sha256 of its weights in the pool (pool/weights/<hash>.safetensors)."""
 
 
 def write_best(best_dir: Path, snapshot: Snapshot, weights: bytes, *, scores: dict[str, float],
@@ -45,3 +59,28 @@ def read_best(run_dir: Path) -> dict | None:
     except (OSError, ValueError):
         return None
     return doc if isinstance(doc, dict) else None
+
+
+def kept_best_lineage(results_path: Path, best: dict | None = None) -> list[KeptBest]:
+    """Every snapshot that became the kept best, oldest first: each evaluation.jsonl line (``results_path``) whose
+    own update is its ``best_update``, then ``best`` (best.json's document) if it is newer than all of them (a
+    stop between writing best/ and the line); [] when there is neither."""
+    try:
+        records = json_records(results_path.read_text(errors="replace").splitlines())
+    except OSError:
+        records = []
+    lineage: dict[int, KeptBest] = {}
+    for r in records:
+        update, digest = r.get("update"), r.get("hash")
+        if isinstance(update, int) and update == r.get("best_update") and isinstance(digest, str):
+            version = r.get("policy_version")
+            lineage.setdefault(update, KeptBest(update=update, policy_version=version if isinstance(version, int)
+                                                else 0, hash=digest))
+    kept = list(lineage.values())
+    if best is not None and isinstance(best.get("update"), int) and all(k.update < best["update"] for k in kept):
+        source = best.get("source") if isinstance(best.get("source"), dict) else {}
+        if isinstance(source.get("hash"), str):
+            version = best.get("policy_version")
+            kept.append(KeptBest(update=best["update"], policy_version=version if isinstance(version, int) else 0,
+                                 hash=source["hash"]))
+    return kept

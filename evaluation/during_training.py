@@ -9,9 +9,11 @@ update, policy version, per baseline wins/draws/losses and score = (wins + draws
 the best snapshot's update so far).
 
 The best snapshot is the one with the highest mean score over the baselines so far (ties: the newer), so the kept
-best never gets worse against them. With ``--gate-games N`` (evaluation.gate_games) such a snapshot must also score
-above 0.5 in N games against the kept best itself (recorded as ``against_best``; both sides sample their moves,
-even with ``--greedy``), so a snapshot that beats the baselines but loses to its predecessor does not replace it.
+best never gets worse against them. With ``--gate-games N`` (evaluation.gate_games) such a snapshot must also pass
+``evaluation/kept_best_gate.py``'s gate: score above 0.5 in N games against the kept best itself, and against the
+earlier kept bests (N games each) at least as well as the kept best does in the same games (recorded as
+``against_best``, ``against_earlier_bests`` and ``gate_passed``; both sides sample their moves, even with
+``--greedy``), so a snapshot that beats the baselines but loses to its predecessors does not replace it.
 It lives in ``<run-dir>/best/`` (``evaluation/best_snapshot.py``: its weights and ``best.json``, written
 atomically).
 
@@ -35,23 +37,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError
-from safetensors.numpy import load_file as load_safetensors
 
 from configs.baselines import BASELINE_FORMS, baseline_strength
 from configs.schema import RunConfig
 from envs.registry import env_spec
 from evaluation.arena import MatchOutcome, Player, PolicyPlayer, play_match
 from evaluation.elo import EloError, baseline_player, pairing_seed, load_run_config, open_pool
-from evaluation.best_snapshot import BEST_DIR, read_best, write_best
+from evaluation.best_snapshot import BEST_DIR, KeptBest, kept_best_lineage, read_best, write_best
+from evaluation.kept_best_gate import GateResult, KeptBestGate
 from learner.evaluation_results import EVALUATION_RESULTS
 from learner.pool import Snapshot, SnapshotStore
 
 PROG = "python -m evaluation.during_training"
 POLICY_NAME = "snapshot"
 """The evaluated policy's player name (it seeds the games, so every snapshot plays the same games)."""
-KEPT_BEST_NAME = "kept_best"
-"""The kept best's player name in the head-to-head gate."""
 
 
 class DuringTrainingError(Exception):
@@ -75,8 +74,9 @@ class EvaluationSettings:
     greedy: bool
     """Snapshots play their most probable legal action instead of sampling."""
     gate_games: int = 0
-    """> 0: a snapshot whose mean score is at least the best's must also score > 0.5 in this many games against
-    the kept best to replace it (a head-to-head gate); 0: the mean score alone decides."""
+    """> 0: a snapshot whose mean score is at least the best's must also pass the gate (evaluation/kept_best_gate.py:
+    > 0.5 in this many games against the kept best, and at least its mean against the earlier kept bests) to
+    replace it; 0: the mean score alone decides."""
     seed: int
     """Seed of the games (each baseline's games derive from it and the baseline's name)."""
 
@@ -89,8 +89,8 @@ class Evaluation:
     """The pool entry evaluated."""
     outcomes: dict[str, MatchOutcome]
     """Baseline name -> the match, from the snapshot's side."""
-    against_best: MatchOutcome | None = None
-    """The head-to-head gate's match against the kept best, from the snapshot's side (None: not played)."""
+    gate: GateResult | None = None
+    """What the snapshot scored in the gate against the kept bests (None: not played)."""
 
     @property
     def scores(self) -> dict[str, float]:
@@ -110,10 +110,7 @@ class Evaluation:
                 "baselines": {name: {"wins": o.wins_a, "draws": o.draws, "losses": o.wins_b, "games": o.games,
                                      "score": o.score_a} for name, o in self.outcomes.items()},
                 "mean_score": self.mean_score, "best_update": best_update, "time": time.time(),
-                **({} if self.against_best is None else {"against_best": {
-                    "wins": self.against_best.wins_a, "draws": self.against_best.draws,
-                    "losses": self.against_best.wins_b, "games": self.against_best.games,
-                    "score": self.against_best.score_a}})}
+                **({} if self.gate is None else self.gate.record())}
 
 
 def is_new_best(mean_score: float, best_mean_score: float | None) -> bool:
@@ -162,6 +159,9 @@ class Evaluator:
         best = read_best(run_dir)
         self.best_update: int | None = None if best is None else int(best["update"])
         self.best_mean_score: float | None = None if best is None else float(best["mean_score"])
+        self.lineage: list[KeptBest] = kept_best_lineage(self.results_path, best)
+        """Every snapshot kept as the best so far, oldest first; the last is the current one."""
+        self.gate = KeptBestGate(run_dir, config, self.spec, store, games=settings.gate_games, seed=settings.seed)
 
     def evaluate_due(self, stop_requested: Callable[[], bool] = lambda: False) -> list[Evaluation]:
         """Evaluate every snapshot due now (reading the pool index again first); returns the evaluations."""
@@ -184,37 +184,29 @@ class Evaluator:
                     for name, player in self.baselines.items()}
         evaluation = Evaluation(snapshot=snapshot, outcomes=outcomes)
         new_best = is_new_best(evaluation.mean_score, self.best_mean_score)
-        against = self._against_best(arrays, snapshot.policy_version) if new_best and self.settings.gate_games \
-            else None
-        if against is not None:
-            evaluation = Evaluation(snapshot=snapshot, outcomes=outcomes, against_best=against)
-            new_best = against.score_a > 0.5
+        gate = self._gate(arrays, snapshot.policy_version) if new_best and self.settings.gate_games else None
+        if gate is not None:
+            evaluation = Evaluation(snapshot=snapshot, outcomes=outcomes, gate=gate)
+            new_best = gate.passed
         if new_best:
             write_best(self.run_dir / BEST_DIR, snapshot, self.store.read_bytes(snapshot.hash),
                        scores=evaluation.scores, games={name: o.games for name, o in outcomes.items()})
             self.best_update, self.best_mean_score = snapshot.update, evaluation.mean_score
+            self.lineage.append(KeptBest(update=snapshot.update, policy_version=snapshot.policy_version,
+                                         hash=snapshot.hash))
         with self.results_path.open("a") as file:
             file.write(json.dumps(evaluation.record(best_update=self.best_update)) + "\n")
         self.last_update = snapshot.update
         return evaluation
 
-    def _against_best(self, arrays: dict, version: int) -> MatchOutcome | None:
-        """The head-to-head gate: the snapshot (its weights ``arrays``) against the kept best (None when there is
-        none yet, or best/ cannot be read: no gate). Both sides SAMPLE their moves whatever ``greedy`` says: two
-        greedy policies would replay the same two games (one per seat) for all ``gate_games``."""
+    def _gate(self, arrays: dict, version: int) -> GateResult | None:
+        """The challenger (weights ``arrays``) in the gate against the kept best and the kept bests before it
+        (None when there is no kept best yet, or best/ cannot be read: no gate)."""
         best = read_best(self.run_dir)
         if self.best_update is None or best is None:
             return None
-        try:
-            kept_arrays = load_safetensors(str(self.run_dir / BEST_DIR / best["weights"]))
-        except (OSError, TypeError, KeyError, SafetensorError):
-            return None
-        kept = PolicyPlayer(KEPT_BEST_NAME, self.spec, self.config.model, kept_arrays, greedy=False,
-                            seed=self.settings.seed, version=int(best.get("policy_version", 0)))
-        challenger = PolicyPlayer(POLICY_NAME, self.spec, self.config.model, arrays, greedy=False,
-                                  seed=self.settings.seed, version=version)
-        return play_match(challenger, kept, episodes=self.settings.gate_games, env_config=self.config.env,
-                          seed=pairing_seed(self.settings.seed, POLICY_NAME, KEPT_BEST_NAME))
+        earlier = [kept for kept in self.lineage if kept.update < self.best_update]
+        return self.gate.judge(arrays, version, best=best, earlier=earlier)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -45,10 +45,9 @@ import torch
 from envs.registry import env_spec
 from configs.baselines import BASELINE_ENVS, BASELINE_FORMS, baseline_strength
 from configs.schema import RunConfig
-from evaluation.best_snapshot import BEST_DIR, read_best
+from evaluation.best_snapshot import BEST_DIR, kept_best_lineage, read_best
 from evaluation.arena import MatchOutcome, Player, PolicyPlayer, baseline_player, play_match
 from learner.evaluation_results import EVALUATION_RESULTS
-from learner.jsonl import json_records
 from learner.run_dir import RunDirError, read_run_config
 from learner.pool import INDEX_NAME, Snapshot, SnapshotStore, SnapshotStoreError
 from evaluation.ratings import MatchResults, fit_ratings, plot_elo_over_snapshots, plot_win_rate_heatmap, write_tables
@@ -219,14 +218,11 @@ def kept_best_indices(run_dir: Path, store: SnapshotStore) -> list[int]:
     """Pool indices of the snapshots evaluation during training kept as the best, in the order they became it
     (each evaluation.jsonl record whose own update is its ``best_update``)."""
     path = run_dir / EVALUATION_RESULTS
-    try:
-        records = json_records(path.read_text(errors="replace").splitlines())
-    except OSError as err:
-        raise EloError(f"--kept-best: cannot read {path} ({err.strerror or err}); it is written by evaluation "
-                       f"during training (evaluation.interval_updates > 0)") from err
+    if not path.is_file():
+        raise EloError(f"--kept-best: cannot read {path} (no such file); it is written by evaluation "
+                       f"during training (evaluation.interval_updates > 0)")
     by_hash = {snapshot.hash: snapshot.index for snapshot in store.snapshots}
-    kept = [by_hash[r["hash"]] for r in records
-            if r.get("update") is not None and r.get("update") == r.get("best_update") and r.get("hash") in by_hash]
+    kept = [by_hash[k.hash] for k in kept_best_lineage(path) if k.hash in by_hash]
     if not kept:
         raise EloError(f"--kept-best: {path} names no best snapshot that is in the pool")
     return list(dict.fromkeys(kept))

@@ -157,6 +157,6 @@ def test_baseline_opponents_need_an_env_with_baselines():
 
 def test_the_shipped_connect4_config_mixes_one_ply_and_keeps_the_best_against_one_ply_and_negamax_4():
     config = load_config("configs/selfplay_connect4.yaml")
-    assert config.selfplay.baseline_opponents == {"one_ply": 0.25}
+    assert config.selfplay.baseline_opponents == {"one_ply": 0.4}
     assert config.evaluation.baselines == ["one_ply", "negamax-4"] and config.evaluation.interval_updates > 0
     assert load_config(None).selfplay.baseline_opponents == {}  # the seed's pure self-play by default

@@ -16,10 +16,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from configs.loader import ConfigError, load_config
-from evaluation import during_training
-from evaluation.arena import MatchOutcome
-from evaluation.best_snapshot import BEST_DIR, BEST_NAME, read_best
+from evaluation import during_training, kept_best_gate
+from evaluation.arena import MatchOutcome, PolicyPlayer, play_match
+from evaluation.best_snapshot import BEST_DIR, BEST_NAME, KeptBest, kept_best_lineage, read_best, write_best
 from evaluation.during_training import EvaluationSettings, Evaluator, due_snapshots, is_new_best
+from evaluation.elo import pairing_seed
+from evaluation.kept_best_gate import GateResult, KeptBestGate
 from learner.evaluation_results import ResultsTail, evaluation_line, evaluation_metrics
 from learner.pool import Snapshot, SnapshotStore
 from learner.run_dir import read_run_config
@@ -91,8 +93,9 @@ def scripted_run(tmp_path, monkeypatch):
         wins, draws = script[a.inference.version]
         return MatchOutcome(wins_a=wins, draws=draws, wins_b=episodes - wins - draws, a_first=episodes // 2)
 
-    monkeypatch.setattr(during_training, "play_match", fake_match)
-    monkeypatch.setattr(during_training, "PolicyPlayer", _VersionPlayer)
+    for module in (during_training, kept_best_gate):
+        monkeypatch.setattr(module, "play_match", fake_match)
+        monkeypatch.setattr(module, "PolicyPlayer", _VersionPlayer)
     return run_dir
 
 
@@ -150,7 +153,8 @@ def test_the_gate_keeps_a_best_that_its_challenger_cannot_beat_head_to_head(scri
         wins, draws = head_to_head[(a.inference.version, b.inference.version)]
         return MatchOutcome(wins_a=wins, draws=draws, wins_b=episodes - wins - draws, a_first=episodes // 2)
 
-    monkeypatch.setattr(during_training, "play_match", fake_match)
+    for module in (during_training, kept_best_gate):
+        monkeypatch.setattr(module, "play_match", fake_match)
     _evaluator(scripted_run, interval_updates=10, gate_games=4, greedy=True).evaluate_due()
     lines = _lines(scripted_run)
     # means: u10 0.75 (the first best: no gate), u20 0.25, u30 0.875 but 1-0-3 against u10 (u10 stays),
@@ -159,7 +163,100 @@ def test_the_gate_keeps_a_best_that_its_challenger_cannot_beat_head_to_head(scri
     assert not any("against_best" in lines[k] for k in (0, 1, 4))
     assert lines[2]["against_best"] == {"wins": 1, "draws": 0, "losses": 3, "games": 4, "score": 0.25}
     assert lines[3]["against_best"]["score"] == 0.75 and read_best(scripted_run)["update"] == 40
+    assert [lines[2]["gate_passed"], lines[3]["gate_passed"]] == [False, True]
+    assert not any("against_earlier_bests" in line for line in lines)  # u10 had no kept best before it
     assert read_best(scripted_run)["mean_score"] == pytest.approx(0.75)
+
+
+def test_the_gate_also_compares_the_challenger_with_the_kept_best_against_the_earlier_bests(scripted_run,
+                                                                                            monkeypatch):
+    baselines = {10: 2, 20: 3, 30: 3, 40: 4, 50: 4}  # update -> wins of 4 against each baseline: all challengers
+    # (a, b) -> wins of 4 (no draws). Head-to-head: every challenger wins 3-1 against the kept best. Against the
+    # earlier kept bests: u30 scores 0.5 against u10 where the kept u20 scored 0.75 (rejected); u40 0.75 as u20 did
+    # (a tie passes); u50 (0.75 + 0.25) / 2 against u20's (0.75 + 0.75) / 2 (rejected)
+    games = {(20, 10): 3, (30, 20): 3, (40, 20): 3, (50, 40): 3, (30, 10): 2, (40, 10): 3, (50, 10): 3, (50, 20): 1}
+    seeds: dict[tuple[int, int], int] = {}
+
+    def fake_match(a, b, *, episodes, env_config, seed=0):
+        if not isinstance(b, _VersionPlayer):
+            wins = baselines[a.inference.version]
+        else:
+            assert not a.greedy and not b.greedy
+            pair = (a.inference.version, b.inference.version)
+            wins = games[pair]
+            seeds[pair] = seed  # the last: a kept best replays its head-to-head pair in a later lineage game
+        return MatchOutcome(wins_a=wins, draws=0, wins_b=episodes - wins, a_first=episodes // 2)
+
+    for module in (during_training, kept_best_gate):
+        monkeypatch.setattr(module, "play_match", fake_match)
+    evaluator = _evaluator(scripted_run, interval_updates=10, gate_games=4, greedy=True)
+    evaluator.evaluate_due()
+    lines = _lines(scripted_run)
+    assert [line["best_update"] for line in lines] == [10, 20, 20, 40, 40]
+    assert [line.get("gate_passed") for line in lines] == [None, True, False, True, False]
+    assert "against_earlier_bests" not in lines[1]  # u10 was the first kept best: nothing before it
+    assert lines[2]["against_earlier_bests"] == {"updates": [10], "score": 0.5, "kept_best_score": 0.75}
+    assert lines[3]["against_earlier_bests"] == {"updates": [10], "score": 0.75, "kept_best_score": 0.75}
+    assert lines[4]["against_earlier_bests"] == {"updates": [10, 20], "score": 0.5, "kept_best_score": 0.75}
+    # the challenger and the kept best meet the same games of an earlier kept best
+    assert seeds[(30, 10)] == seeds[(20, 10)] and seeds[(50, 20)] == seeds[(40, 20)] != seeds[(50, 10)]
+    assert [k.update for k in evaluator.lineage] == [10, 20, 40]
+    again = _evaluator(scripted_run, interval_updates=10, gate_games=4)  # a restarted evaluator: the same lineage
+    assert again.lineage == evaluator.lineage and again.best_update == 40
+
+
+def test_the_lineage_reads_evaluation_jsonl_and_a_newer_best_json(tmp_path):
+    path = tmp_path / "evaluation.jsonl"
+    assert kept_best_lineage(path) == []
+    lines = [{"update": 10, "policy_version": 11, "hash": "a", "best_update": 10},
+             {"update": 20, "policy_version": 21, "hash": "b", "best_update": 10},
+             "torn {", {"update": 30, "policy_version": "x", "hash": "c", "best_update": 30},
+             {"update": 30, "policy_version": 31, "hash": "c", "best_update": 30}]
+    path.write_text("\n".join(line if isinstance(line, str) else json.dumps(line) for line in lines) + "\n")
+    kept = [KeptBest(update=10, policy_version=11, hash="a"), KeptBest(update=30, policy_version=0, hash="c")]
+    assert kept_best_lineage(path) == kept
+    newer = {"update": 40, "policy_version": 41, "source": {"hash": "d"}}
+    assert kept_best_lineage(path, newer) == [*kept, KeptBest(update=40, policy_version=41, hash="d")]
+    assert kept_best_lineage(path, {"update": 30, "source": {"hash": "c"}}) == kept
+
+
+def test_the_gate_with_real_games_replays_the_challengers_games_for_the_kept_best(tmp_path):
+    run_dir = make_run(tmp_path / "run", 4)
+    config, store = read_run_config(run_dir), SnapshotStore(run_dir / "pool")
+    spec = during_training.env_spec(config.env)
+    write_best(run_dir / BEST_DIR, store.snapshot(2), store.read_bytes(store.snapshot(2).hash),
+               scores={"random": 0.5}, games={"random": 6})
+    gate = KeptBestGate(run_dir, config, spec, store, games=6, seed=3)
+    challenger, kept, earlier = store.snapshot(3), store.snapshot(2), store.snapshot(1)
+    result = gate.judge(store.load(3), challenger.policy_version, best=read_best(run_dir),
+                        earlier=[KeptBest(update=earlier.update, policy_version=earlier.policy_version,
+                                          hash=earlier.hash),
+                                 KeptBest(update=99, policy_version=0, hash="0" * 64)])  # not in the pool: left out
+
+    def score(a, b, b_name):
+        players = [PolicyPlayer(name, spec, config.model, store.load(s.index), version=s.policy_version)
+                   for name, s in (("x", a), ("y", b))]
+        return play_match(*players, episodes=6, env_config=config.env,
+                          seed=pairing_seed(3, "snapshot", b_name)).score_a
+
+    assert result.against_best.games == 6
+    assert result.against_best.score_a == score(challenger, kept, "kept_best")
+    if result.against_best.score_a > 0.5:
+        assert result.earlier == (earlier.update,)
+        assert result.challenger_score == score(challenger, earlier, f"kept_best@{earlier.update}")
+        assert result.kept_best_score == score(kept, earlier, f"kept_best@{earlier.update}")
+        assert result.passed == (result.challenger_score >= result.kept_best_score)
+    else:
+        assert result.earlier == () and not result.passed
+
+
+@pytest.mark.parametrize(("head_to_head", "mine", "theirs", "passed"), [
+    (3, None, None, True), (2, None, None, False), (3, 0.5, 0.5, True), (3, 0.49, 0.5, False), (2, 0.9, 0.1, False)])
+def test_gate_verdict(head_to_head, mine, theirs, passed):
+    outcome = MatchOutcome(wins_a=head_to_head, draws=0, wins_b=4 - head_to_head)
+    result = GateResult(against_best=outcome, earlier=() if mine is None else (10,), challenger_score=mine,
+                        kept_best_score=theirs)
+    assert result.passed == passed and result.record()["gate_passed"] == passed
 
 
 def test_best_write_is_atomic(scripted_run, monkeypatch):
