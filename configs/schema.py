@@ -244,7 +244,8 @@ class EvaluationSection:
     """Snapshots take their most probable legal action (true) or sample as in training (false)."""
     gate_games: int = 0
     """> 0: a snapshot that scores at least the best's must also score > 0.5 in this many games (even) against it,
-    and against the earlier kept bests (this many games each) at least its mean; both sides sample their moves."""
+    and against the earlier kept bests (this many games each) a mean at most 2 standard errors below its mean in the
+    same games; both sides sample their moves."""
 
 
 @dataclass(frozen=True, kw_only=True)

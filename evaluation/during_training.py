@@ -11,7 +11,7 @@ the best snapshot's update so far).
 The best snapshot is the one with the highest mean score over the baselines so far (ties: the newer), so the kept
 best never gets worse against them. With ``--gate-games N`` (evaluation.gate_games) such a snapshot must also pass
 ``evaluation/kept_best_gate.py``'s gate: score above 0.5 in N games against the kept best itself, and against the
-earlier kept bests (N games each) at least as well as the kept best does in the same games (recorded as
+earlier kept bests (N games each) not significantly worse than the kept best does in the same games (recorded as
 ``against_best``, ``against_earlier_bests`` and ``gate_passed``; both sides sample their moves, even with
 ``--greedy``), so a snapshot that beats the baselines but loses to its predecessors does not replace it.
 It lives in ``<run-dir>/best/`` (``evaluation/best_snapshot.py``: its weights and ``best.json``, written
@@ -75,8 +75,8 @@ class EvaluationSettings:
     """Snapshots play their most probable legal action instead of sampling."""
     gate_games: int = 0
     """> 0: a snapshot whose mean score is at least the best's must also pass the gate (evaluation/kept_best_gate.py:
-    > 0.5 in this many games against the kept best, and at least its mean against the earlier kept bests) to
-    replace it; 0: the mean score alone decides."""
+    > 0.5 in this many games against the kept best, and against the earlier kept bests not significantly below
+    its mean) to replace it; 0: the mean score alone decides."""
     seed: int
     """Seed of the games (each baseline's games derive from it and the baseline's name)."""
 
