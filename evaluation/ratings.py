@@ -104,6 +104,30 @@ def fit_ratings(players: list[str], wins: np.ndarray, draws: np.ndarray | None =
     return {name: float(anchor_rating + (value - centre)) for name, value in zip(players, elo)}  # anchor: exact
 
 
+def bootstrap_ratings(players: list[str], wins: np.ndarray, draws: np.ndarray | None = None, *,
+                      anchor: str | None = None, samples: int = 200, seed: int = 0) -> np.ndarray:
+    """Ratings [samples, players] of ``fit_ratings`` on resampled tables: each pair's games are redrawn from a
+    multinomial over its observed (win, draw, loss) rates, the pair's game count kept (a parametric bootstrap).
+    The spread of a column, or of the difference of two, is how much of a rating the games drawn decide."""
+    players = list(players)
+    win_table, draw_table = _check_table(players, wins, draws)
+    rng = np.random.default_rng(seed)
+    upper = [(i, j) for i in range(len(players)) for j in range(i + 1, len(players))
+             if win_table[i, j] + win_table[j, i] + draw_table[i, j] > 0]
+    out = np.empty((samples, len(players)))
+    for k in range(samples):
+        resampled_wins, resampled_draws = np.zeros_like(win_table), np.zeros_like(draw_table)
+        for i, j in upper:
+            outcomes = np.array([win_table[i, j], draw_table[i, j], win_table[j, i]])
+            total = outcomes.sum()
+            won, drawn, lost = rng.multinomial(int(round(total)), outcomes / total)
+            resampled_wins[i, j], resampled_wins[j, i] = won, lost
+            resampled_draws[i, j] = resampled_draws[j, i] = drawn
+        ratings = fit_ratings(players, resampled_wins, resampled_draws, anchor=anchor)
+        out[k] = [ratings[name] for name in players]
+    return out
+
+
 def _newton(score: np.ndarray, total: np.ndarray) -> np.ndarray:
     """Maximise sum_ij score_ij log sigmoid(t_i - t_j) by damped Newton steps; each group of players
     connected by games is centred (the likelihood cannot see a common shift of a group)."""

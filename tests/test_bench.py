@@ -204,6 +204,10 @@ def test_connect4_strength_bench_trains_plays_the_best_and_rates_the_kept_best(t
     assert [p["update"] for p in seed["kept_best_elo"]] == sorted(p["update"] for p in seed["kept_best_elo"])
     assert seed["greedy"] is True and set(seed["results_other_mode"]) == {"one_ply", "negamax-4"}  # config: greedy
     assert seed["elo_largest_drop"] >= 0 and (seed["elo_largest_drop"] == 0) == seed["elo_never_falls"]
+    curve, steps = seed["kept_best_elo"], seed["elo_steps"]
+    assert [(s["from"], s["to"]) for s in steps] == [(a["update"], b["update"]) for a, b in zip(curve, curve[1:])]
+    assert all(s["sd"] >= 0 and 0 <= s["p_fall"] <= 1 for s in steps)
+    assert [s["change"] for s in steps] == [round(b["elo"] - a["elo"], 1) for a, b in zip(curve, curve[1:])]
     assert isinstance(seed["passed"], bool) and overview["bench"] == "connect4_strength_summary"
     assert overview["trials"] == 1 and len(overview["one_ply_win_rate"]) == 1
     assert (kept / "seed1" / "best" / "best.json").is_file() and (kept / "seed1" / "elo" / "elo.json").is_file()

@@ -8,8 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from evaluation.ratings import (MatchResults, fit_ratings, plot_elo_over_snapshots, plot_win_rate_heatmap,
-                             win_probability, win_rate_matrix, write_tables)
+from evaluation.ratings import (MatchResults, bootstrap_ratings, fit_ratings, plot_elo_over_snapshots,
+                                plot_win_rate_heatmap, win_probability, win_rate_matrix, write_tables)
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 TRUE = np.array([700.0, 900.0, 1000.0, 1100.0, 1250.0, 1500.0])
@@ -59,6 +59,30 @@ def test_exact_for_a_two_player_table():
     assert fitted["a"] == pytest.approx(400 * np.log10(30.5 / 10.5), abs=1e-8)
     unregularised = fit_ratings(["a", "b"], wins, anchor="b", anchor_rating=0.0, prior_draws=0.0)
     assert unregularised["a"] == pytest.approx(400 * np.log10(3.0), abs=1e-8)
+
+
+def test_bootstrap_spread_of_a_two_player_gap_matches_a_numpy_reference():
+    """Two players, 140-20-40 in 200 games: the bootstrap's spread of the gap against the closed form of the gap
+    (400 * log10 of the two scores, each with the virtual half draw) on independent multinomial redraws."""
+    wins, draws = np.array([[0, 140], [40, 0]]), np.array([[0, 20], [20, 0]])
+    samples = bootstrap_ratings(["a", "b"], wins, draws, anchor="b", samples=400, seed=1)
+    assert samples.shape == (400, 2) and np.all(samples[:, 1] == 1000.0)  # the anchor stays put
+    won, drawn, lost = np.random.default_rng(2).multinomial(200, [0.7, 0.1, 0.2], size=20000).T
+    reference = 400 * np.log10((won + drawn / 2 + 0.5) / (lost + drawn / 2 + 0.5))
+    gap = samples[:, 0] - samples[:, 1]
+    assert gap.std() == pytest.approx(reference.std(), rel=0.15)
+    assert gap.mean() == pytest.approx(reference.mean(), abs=3 * reference.std() / np.sqrt(400))
+    again = bootstrap_ratings(["a", "b"], wins, draws, anchor="b", samples=400, seed=1)
+    assert np.array_equal(samples, again)  # seeded
+
+
+def test_bootstrap_spread_shrinks_with_more_games():
+    spreads = []
+    for games in (50, 800):
+        wins, draws = simulate(TRUE[:4], games, seed=3)
+        samples = bootstrap_ratings(NAMES[:4], wins, draws, anchor=NAMES[0], samples=60, seed=0)
+        spreads.append((samples[:, 3] - samples[:, 2]).std())
+    assert spreads[1] < spreads[0] / 2  # ~ 1 / sqrt(games): a factor 4 expected
 
 
 def test_order_independent():

@@ -11,7 +11,8 @@ if it runs past ``--seconds`` (the issue's limit: 30 minutes). Then, on the run 
   win rate >= 0.8 against one_ply, score > 0.5 against negamax-4;
 * ``python -m evaluation.elo --kept-best --tournament-mode round-robin`` rates every snapshot that was the kept
   best (when it became the best) against each other and the baselines; the kept best's ELO curve must never fall
-  (each newer best rated at least as high as the one before).
+  (each newer best rated at least as high as the one before). Each step of the curve is reported with its
+  bootstrap standard deviation and the share of resampled tournaments in which it falls (``elo_steps``).
 
 The verdicts are judged on the play mode the run's config evaluates with (evaluation.greedy; the shipped config:
 true, greedy); the other mode's results are reported beside them. ``--game-seed`` picks other final games (the
@@ -35,6 +36,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from benchlib import emit, machine
 from pipeline_run import trained_run
 from safetensors.numpy import load_file
@@ -44,6 +46,7 @@ from envs.registry import env_spec
 from evaluation import elo
 from evaluation.arena import PolicyPlayer, baseline_player, play_match
 from evaluation.best_snapshot import BEST_DIR, read_best
+from evaluation.ratings import bootstrap_ratings
 
 CONFIG = "selfplay_connect4"
 WIN_RATE_VS_ONE_PLY = 0.8
@@ -52,6 +55,8 @@ SCORE_VS_NEGAMAX_4 = 0.5
 """The issue's bar: the best snapshot scores (wins + draws / 2) above this against negamax-4."""
 GAME_SEED = 20261126
 """Seed of the final games (evaluation during training uses others)."""
+BOOTSTRAP_SAMPLES = 200
+"""Resampled tournaments behind each kept-best step's spread."""
 
 
 def play_best(run_dir: Path, *, opponents: Sequence[str], games: int, greedy: bool,
@@ -76,8 +81,9 @@ def play_best(run_dir: Path, *, opponents: Sequence[str], games: int, greedy: bo
 
 
 def kept_best_elo(run_dir: Path, *, games: int) -> dict[str, Any]:
-    """Ratings of the snapshots that became the kept best, oldest first, whether the curve never falls, and its
-    largest drop from one kept best to the next (0 when it never falls)."""
+    """Ratings of the snapshots that became the kept best, oldest first, whether the curve never falls, its largest
+    drop from one kept best to the next (0 when it never falls), and for each step the bootstrap spread of the
+    change (``evaluation.ratings.bootstrap_ratings``: how much of a step the tournament's games drawn decide)."""
     args = elo.build_parser().parse_args(["--run-dir", str(run_dir), "--kept-best", "--tournament-mode",
                                           "round-robin", "--episodes", str(games)])
     try:
@@ -88,7 +94,24 @@ def kept_best_elo(run_dir: Path, *, games: int) -> dict[str, Any]:
     ratings = [point["elo"] for point in curve]
     drops = [a - b for a, b in zip(ratings, ratings[1:])]
     return {"kept_best_elo": curve, "baseline_elo": {name: round(doc["ratings"][name], 1) for name in doc["baselines"]},
-            "elo_never_falls": all(drop <= 0 for drop in drops), "elo_largest_drop": round(max([0.0, *drops]), 1)}
+            "elo_never_falls": all(drop <= 0 for drop in drops), "elo_largest_drop": round(max([0.0, *drops]), 1),
+            "elo_steps": elo_step_spread(doc)}
+
+
+def elo_step_spread(doc: dict[str, Any], samples: int = BOOTSTRAP_SAMPLES) -> list[dict[str, Any]]:
+    """Each step of the kept-best curve (an elo.json document): the change, its bootstrap standard deviation and
+    the share of resampled tournaments in which it is a fall."""
+    players = doc["players"]
+    wins = np.array([[0 if x is None else x for x in row] for row in doc["wins"]], dtype=np.float64)
+    draws = np.array([[0 if x is None else x for x in row] for row in doc["draws"]], dtype=np.float64)
+    resampled = bootstrap_ratings(players, wins, draws, anchor=doc["anchor"]["player"], samples=samples)
+    columns = [players.index(s["name"]) for s in doc["snapshots"]]
+    steps = []
+    for (i, a), (j, b) in zip(zip(columns, doc["snapshots"]), zip(columns[1:], doc["snapshots"][1:])):
+        change = resampled[:, j] - resampled[:, i]
+        steps.append({"from": a["update"], "to": b["update"], "change": round(b["elo"] - a["elo"], 1),
+                      "sd": round(float(change.std()), 1), "p_fall": round(float((change < 0).mean()), 3)})
+    return steps
 
 
 def score(run_dir: Path, *, opponents: Sequence[str], games: int, elo_games: int,
@@ -137,7 +160,7 @@ def markdown_table(trials: Sequence[dict[str, Any]], opponents: Sequence[str], g
     header = ["seed", "train s", "agent steps", "best update",
               *[f"vs {name}: W-D-L (win rate, score)" for name in opponents],
               *[f"{name}, other play mode (win rate, score)" for name in opponents], "kept-best ELO (update: elo)",
-              "never falls (largest drop)"]
+              "never falls (largest drop, its bootstrap sd)"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for t in trials:
         trained = "train_s" in t  # --runs: scored again, not trained here
@@ -152,10 +175,19 @@ def markdown_table(trials: Sequence[dict[str, Any]], opponents: Sequence[str], g
             cells.append("-" if r is None else f"{'greedy' if not t['greedy'] else 'sampled'} "
                                                f"({r['win_rate']:.3f}, {r['score']:.3f})")
         cells.append(", ".join(f"{p['update']}: {p['elo']:.0f}" for p in t.get("kept_best_elo", [])) or "-")
-        cells.append(("yes" if t.get("elo_never_falls") else "NO") + f" ({t.get('elo_largest_drop', '-')})")
+        cells.append(("yes" if t.get("elo_never_falls") else "NO") + f" ({_largest_drop(t)})")
         lines.append("| " + " | ".join(cells) + " |")
     lines.append(f"\n{games} games per opponent, seats alternating. Machine: {machine()}.")
     return "\n".join(lines) + "\n"
+
+
+def _largest_drop(trial: dict[str, Any]) -> str:
+    """The largest fall of the kept-best curve with its bootstrap sd, '0' when it never falls."""
+    falls = [step for step in trial.get("elo_steps", []) if step["change"] < 0]
+    if not falls:
+        return str(trial.get("elo_largest_drop", "-"))
+    worst = min(falls, key=lambda step: step["change"])
+    return f"{-worst['change']} at {worst['from']} -> {worst['to']}, sd {worst['sd']}"
 
 
 def main() -> None:
