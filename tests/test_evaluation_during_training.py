@@ -142,7 +142,7 @@ def test_a_tie_moves_the_best_to_the_newer_snapshot(scripted_run):
 
 
 def test_the_gate_keeps_a_best_that_its_challenger_cannot_beat_head_to_head(scripted_run, monkeypatch):
-    head_to_head = {(30, 10): (1, 0), (40, 10): (3, 0)}  # (challenger, kept best) -> (wins, draws) of 4
+    head_to_head = {(30, 10): 0.25, (40, 10): 0.75}  # (challenger, kept best) -> score, no draws
     against_baselines = during_training.play_match
 
     def fake_match(a, b, *, episodes, env_config, seed=0):
@@ -150,18 +150,20 @@ def test_the_gate_keeps_a_best_that_its_challenger_cannot_beat_head_to_head(scri
             assert a.greedy  # the evaluation's play mode against the baselines
             return against_baselines(a, b, episodes=episodes, env_config=env_config, seed=seed)
         assert not a.greedy and not b.greedy  # the gate samples: two greedy players would replay two games
-        wins, draws = head_to_head[(a.inference.version, b.inference.version)]
-        return MatchOutcome(wins_a=wins, draws=draws, wins_b=episodes - wins - draws, a_first=episodes // 2)
+        wins = round(head_to_head[(a.inference.version, b.inference.version)] * episodes)
+        return MatchOutcome(wins_a=wins, draws=0, wins_b=episodes - wins, a_first=episodes // 2)
 
     for module in (during_training, kept_best_gate):
         monkeypatch.setattr(module, "play_match", fake_match)
-    _evaluator(scripted_run, interval_updates=10, gate_games=4, greedy=True).evaluate_due()
+    _evaluator(scripted_run, interval_updates=10, gate_games=200, greedy=True).evaluate_due()
     lines = _lines(scripted_run)
-    # means: u10 0.75 (the first best: no gate), u20 0.25, u30 0.875 but 1-0-3 against u10 (u10 stays),
-    # u40 0.75 (a tie with u10) and 3-0-1 against it (u40 is the best), u50 0.0
+    # means: u10 0.75 (the first best: no gate), u20 0.25, u30 0.875 but 0.25 against u10 (u10 stays),
+    # u40 0.75 (a tie with u10) and 0.75 against it (u40 is the best), u50 0.0
     assert [line["best_update"] for line in lines] == [10, 10, 10, 40, 40]
     assert not any("against_best" in lines[k] for k in (0, 1, 4))
-    assert lines[2]["against_best"] == {"wins": 1, "draws": 0, "losses": 3, "games": 4, "score": 0.25}
+    bar = 0.5 + 2 * (0.25 / 200) ** 0.5
+    assert lines[2]["against_best"] == pytest.approx({"wins": 50, "draws": 0, "losses": 150, "games": 200,
+                                                      "score": 0.25, "bar": bar})
     assert lines[3]["against_best"]["score"] == 0.75 and read_best(scripted_run)["update"] == 40
     assert [lines[2]["gate_passed"], lines[3]["gate_passed"]] == [False, True]
     assert not any("against_earlier_bests" in line for line in lines)  # u10 had no kept best before it
@@ -251,7 +253,7 @@ def test_the_gate_with_real_games_replays_the_challengers_games_for_the_kept_bes
 
     assert result.against_best.games == 6
     assert result.against_best.score_a == score(challenger, kept, "kept_best")
-    if result.against_best.score_a > 0.5:
+    if result.against_best.score_a >= kept_best_gate.head_to_head_bar(6):
         assert result.earlier == (earlier.update,)
         assert result.challenger_score == score(challenger, earlier, f"kept_best@{earlier.update}")
         assert result.kept_best_score == score(kept, earlier, f"kept_best@{earlier.update}")
@@ -261,12 +263,14 @@ def test_the_gate_with_real_games_replays_the_challengers_games_for_the_kept_bes
 
 
 @pytest.mark.parametrize(("head_to_head", "mine", "theirs", "passed"), [
-    (0.75, (), (), True), (0.5, (), (), False), (0.75, (0.5,), (0.5,), True), (0.75, (0.9, 0.9), (0.92, 0.92), True),
+    (0.75, (), (), True), (0.5, (), (), False), (0.56, (), (), False), (0.575, (), (), True),
+    (0.75, (0.5,), (0.5,), True), (0.75, (0.9, 0.9), (0.92, 0.92), True),
     (0.75, (0.86, 0.86), (0.92, 0.92), False), (0.5, (0.9,), (0.1,), False), (0.75, (1.0,), (1.0,), True),
     (0.75, (0.99,), (1.0,), True), (0.75, (0.95,), (1.0,), False)])
 def test_gate_verdict_against_a_reference(head_to_head, mine, theirs, passed):
-    """Rule 2 against a NumPy reference: reject when the mean is more than 2 standard errors of the difference
-    below the kept best's (200 games a score)."""
+    """Rules 1 and 2 against a NumPy reference, 200 games a score: the head-to-head at least 0.5 plus 2 standard
+    errors of an even score; reject when the mean against the earlier kept bests is more than 2 standard errors of
+    the difference below the kept best's."""
     import numpy as np
 
     wins = round(head_to_head * 200)
@@ -276,5 +280,6 @@ def test_gate_verdict_against_a_reference(head_to_head, mine, theirs, passed):
         a, b = np.array(mine), np.array(theirs)
         se = np.sqrt((a * (1 - a)).sum() / 200 + (b * (1 - b)).sum() / 200) / len(a)
         assert result.tolerance == pytest.approx(2 * se)
-        assert passed == (head_to_head > 0.5 and a.mean() >= b.mean() - 2 * se)
+        assert passed == (head_to_head >= 0.5 + 2 * np.sqrt(0.25 / 200) and a.mean() >= b.mean() - 2 * se)
+    assert kept_best_gate.head_to_head_bar(200) == pytest.approx(0.5707, abs=1e-4)
     assert result.passed == passed and result.record()["gate_passed"] == passed
