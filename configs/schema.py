@@ -243,9 +243,9 @@ class EvaluationSection:
     greedy: bool = False
     """Snapshots take their most probable legal action (true) or sample as in training (false)."""
     gate_games: int = 0
-    """> 0: a snapshot that scores at least the best's must also score > 0.5 in this many games (even) against it,
-    and against the earlier kept bests (this many games each) a mean at most 2 standard errors below its mean in the
-    same games; both sides sample their moves."""
+    """> 0: a snapshot that scores at least the best's must also score significantly > 0.5 (0.5 + 2 standard errors)
+    in this many games (even) against it, and against the earlier kept bests (this many games each) a mean at most 2
+    standard errors below its mean in the same games; both sides sample their moves."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -8,13 +8,13 @@ games of a baseline). Each evaluation appends one JSON line to ``<run-dir>/evalu
 update, policy version, per baseline wins/draws/losses and score = (wins + draws / 2) / games, the mean score and
 the best snapshot's update so far).
 
-The best snapshot is the one with the highest mean score over the baselines so far (ties: the newer), so the kept
-best never gets worse against them. With ``--gate-games N`` (evaluation.gate_games) such a snapshot must also pass
-``evaluation/kept_best_gate.py``'s gate: score above 0.5 in N games against the kept best itself, and against the
-earlier kept bests (N games each) not significantly worse than the kept best does in the same games (recorded as
-``against_best``, ``against_earlier_bests`` and ``gate_passed``; both sides sample their moves, even with
-``--greedy``), so a snapshot that beats the baselines but loses to its predecessors does not replace it.
-It lives in ``<run-dir>/best/`` (``evaluation/best_snapshot.py``: its weights and ``best.json``, written
+The best snapshot is the one with the highest mean score over the baselines so far (ties: the newer), so the kept best
+never gets worse against them. With ``--gate-games N`` (evaluation.gate_games) such a snapshot must also pass
+``evaluation/kept_best_gate.py``'s gate: score significantly above 0.5 (2 standard errors) in N games against the kept
+best itself, and against the earlier kept bests (N games each) not significantly worse than the kept best does in the
+same games (recorded as ``against_best``, ``against_earlier_bests`` and ``gate_passed``; both sides sample their
+moves, even with ``--greedy``), so a snapshot that beats the baselines but loses to its predecessors does not replace
+it. It lives in ``<run-dir>/best/`` (``evaluation/best_snapshot.py``: its weights and ``best.json``, written
 atomically).
 
 Usually the learner starts this as its child process when ``evaluation.interval_updates > 0`` and passes the
@@ -75,8 +75,8 @@ class EvaluationSettings:
     """Snapshots play their most probable legal action instead of sampling."""
     gate_games: int = 0
     """> 0: a snapshot whose mean score is at least the best's must also pass the gate (evaluation/kept_best_gate.py:
-    > 0.5 in this many games against the kept best, and against the earlier kept bests not significantly below
-    its mean) to replace it; 0: the mean score alone decides."""
+    significantly > 0.5 in this many games against the kept best, and against the earlier kept bests not significantly
+    below its mean) to replace it; 0: the mean score alone decides."""
     seed: int
     """Seed of the games (each baseline's games derive from it and the baseline's name)."""
 
@@ -223,7 +223,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--greedy", action=argparse.BooleanOptionalAction, default=None,
                         help="snapshots take their most probable legal action (evaluation.greedy)")
     parser.add_argument("--gate-games", type=int, default=None,
-                        help="a new best must also score > 0.5 in this many games (even) against the kept best; "
+                        help="a new best must also pass the gate (evaluation/kept_best_gate.py) in this many games "
+                             "(even) against the kept best and each earlier kept best; "
                              "0: no head-to-head (evaluation.gate_games)")
     parser.add_argument("--poll-s", type=float, default=1.0, help="seconds between looks at the pool (default 1)")
     parser.add_argument("--once", action="store_true", help="evaluate the snapshots due now, then exit")
