@@ -283,3 +283,152 @@ def test_gate_verdict_against_a_reference(head_to_head, mine, theirs, passed):
         assert passed == (head_to_head >= 0.5 + 2 * np.sqrt(0.25 / 200) and a.mean() >= b.mean() - 2 * se)
     assert kept_best_gate.head_to_head_bar(200) == pytest.approx(0.5707, abs=1e-4)
     assert result.passed == passed and result.record()["gate_passed"] == passed
+
+
+def test_best_write_is_atomic(scripted_run, monkeypatch):
+    evaluator = _evaluator(scripted_run, interval_updates=10)
+    evaluator.evaluate(evaluator.store.snapshot(1))
+    before = {p.name: p.read_bytes() for p in (scripted_run / BEST_DIR).iterdir()}
+    real_replace = os.replace
+
+    def crash_on_best_json(src, dst):
+        if str(dst).endswith(BEST_NAME):
+            raise OSError("disk gone")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", crash_on_best_json)
+    with pytest.raises(OSError, match="disk gone"):
+        evaluator.evaluate(evaluator.store.snapshot(3))  # a new best: its weights land, best.json does not
+    best = read_best(scripted_run)
+    assert best["update"] == 10 and (scripted_run / BEST_DIR / best["weights"]).read_bytes() == before[best["weights"]]
+    assert not [p for p in (scripted_run / BEST_DIR).iterdir() if p.name.startswith(".tmp-")]
+
+
+def test_real_games_and_the_cli(tmp_path, capsys):
+    run_dir = make_run(tmp_path / "run", 3)
+    code = during_training.main(["--run-dir", str(run_dir), "--once", "--interval-updates", "10", "--games", "6",
+                                 "--baselines", "random,negamax-1", "--gate-games", "4"])
+    assert code == 0, capsys.readouterr().err
+    lines = _lines(run_dir)
+    assert [line["update"] for line in lines] == [10, 20]
+    assert all(r["games"] == 6 for line in lines for r in line["baselines"].values())
+    assert read_best(run_dir)["update"] in (10, 20) and "against_best" not in lines[0]
+    if lines[1]["mean_score"] >= lines[0]["mean_score"]:  # a challenger: it played the kept best (real games)
+        against = lines[1]["against_best"]
+        assert against["games"] == 4 and (lines[1]["best_update"] == 20) == (against["score"] >= against["bar"])
+        assert lines[1]["gate_passed"] == (lines[1]["best_update"] == 20)
+    for argv, message in ((["--games", "5"], "--games must be even"),
+                          (["--baselines", "random,two_ply"], "--baselines 'random,two_ply'"),
+                          (["--interval-updates", "0"], "--interval-updates must be >= 1"),
+                          (["--gate-games", "3"], "--gate-games must be even and >= 0")):
+        assert during_training.main(["--run-dir", str(run_dir), "--once", *argv]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("python -m evaluation.during_training: error: ") and message in err
+    assert during_training.main(["--run-dir", str(tmp_path / "nothing"), "--once"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_the_evaluator_exits_when_its_parent_is_gone(tmp_path):
+    run_dir = make_run(tmp_path / "run", 1)
+    parent = (f"import os, subprocess, sys; child = subprocess.Popen([sys.executable, '-m', 'evaluation.during_training', "
+              f"'--run-dir', {str(run_dir)!r}, '--poll-s', '0.2', '--parent-pid', str(os.getpid())]); "
+              f"print(child.pid, flush=True)")
+    done = subprocess.run([sys.executable, "-c", parent], cwd=REPO, capture_output=True, text=True, timeout=30)
+    child = int(done.stdout.split()[0])
+    try:
+        assert wait_for(lambda: not alive(child), 30), "the evaluator outlived its parent"
+    finally:
+        if alive(child):
+            os.kill(child, signal.SIGKILL)
+
+
+# --- the learner's side: tailing evaluation.jsonl ------------------------------------------------------------
+
+
+def test_tail_ignores_a_partial_line_and_resumes(tmp_path):
+    path = tmp_path / "evaluation.jsonl"
+    path.write_text('{"update": 1}\n')
+    tail = ResultsTail(path)  # starts at the end: what was there before is not reported again
+    assert tail.read_new() == []
+    with path.open("a") as file:
+        file.write('{"update": 2}\n{"upda')
+    assert tail.read_new() == [{"update": 2}]
+    assert tail.read_new() == []
+    with path.open("a") as file:
+        file.write('te": 3}\nnot json\n{"update": 4}\n')
+    assert tail.read_new() == [{"update": 3}, {"update": 4}]
+    assert ResultsTail(tmp_path / "missing.jsonl").read_new() == []
+
+
+def test_console_line_and_metrics_of_an_evaluation():
+    record = {"update": 250, "best_update": 250, "baselines": {"one_ply": {"score": 0.83}, "negamax-2": {"score": 0.41}}}
+    assert evaluation_line(record) == "eval upd 250: one_ply 0.83, negamax-2 0.41 (best: upd 250)"
+    assert evaluation_metrics(record) == {"eval_score_one_ply": 0.83, "eval_score_negamax-2": 0.41,
+                                          "eval_best_update": 250}
+
+
+# --- config ---------------------------------------------------------------------------------------------------
+
+
+def test_evaluation_defaults_and_the_connect_four_config():
+    assert load_config(None).evaluation.interval_updates == 0
+    section = load_config("configs/selfplay_connect4.yaml").evaluation
+    assert section.interval_updates > 0 and section.games % 2 == 0 and section.baselines == ["one_ply", "negamax-4"]
+    assert load_config(None).evaluation.gate_games == 0
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["evaluation.games=7"], "evaluation.games must be even"),
+    (["evaluation.games=0"], "evaluation.games: 0 is out of range; allowed: >= 2"),
+    (["evaluation.interval_updates=-1"], "evaluation.interval_updates: -1 is out of range; allowed: >= 0"),
+    (["evaluation.gate_games=3"], "evaluation.gate_games must be even (each seat played equally often), got 3"),
+    (["evaluation.gate_games=-2"], "evaluation.gate_games: -2 is out of range; allowed: >= 0"),
+    (["evaluation.baselines=[one_ply, two_ply]"],
+     "evaluation.baselines: unknown baseline 'two_ply'; allowed: random, one_ply, negamax-<depth>"),
+    (["evaluation.baselines=[negamax-0]"], "unknown baseline 'negamax-0'"),
+    (["evaluation.baselines=[random, random]"], "evaluation.baselines names a baseline twice"),
+    (["evaluation.baselines=[]"], "evaluation.baselines: expected a non-empty list"),
+    (["evaluation.interval_updates=5"], "env.name 'cartpole' has none (allowed: connect_four)"),
+    (["evaluation.interval_updates=5", "selfplay.enabled=false"], "selfplay.enabled must be true"),
+])
+def test_evaluation_config_errors(overrides, message):
+    path = None if "selfplay.enabled=false" not in overrides else "configs/selfplay_connect4.yaml"
+    with pytest.raises(ConfigError, match="evaluation") as caught:
+        load_config(path, overrides)
+    assert message in str(caught.value)
+
+
+# --- a real learner with actors -------------------------------------------------------------------------------
+
+SMALL = ["--set", "trainer.batch_size=2048", "--set", "trainer.minibatch_size=1024",
+         "--set", "trainer.forward_pass_minibatch_target_size=32", "--set", "trainer.total_timesteps=10000000",
+         "--set", "selfplay.snapshot_interval=2", "--set", "selfplay.alternation_steps=40",
+         "--set", "model.hidden_size=32", "--set", "evaluation.interval_updates=2", "--set", "evaluation.games=10",
+         "--set", "evaluation.baselines=[random, one_ply]"]
+
+
+def test_learner_runs_the_evaluator_and_leaves_nothing_behind(tmp_path):
+    run = Run(tmp_path, *SMALL, config="configs/selfplay_connect4.yaml")
+    try:
+        learner = run.learner()
+        actors = run.actors(2)
+        run.note_workers(actors)
+        assert wait_for(lambda: "eval upd" in run.log("learner.log"), 60), run.log("learner.log")
+        with urllib.request.urlopen(f"http://127.0.0.1:{run.port + 3}/metrics", timeout=10) as reply:
+            exposed = reply.read().decode()
+        assert 'sluice_eval_score{baseline="one_ply"}' in exposed and "sluice_eval_best_update " in exposed
+        evaluator_pids = descendants(learner.pid)
+        assert evaluator_pids, "the evaluator child process is not running"
+        learner.send_signal(signal.SIGTERM)
+        assert learner.wait(timeout=30) == 128 + signal.SIGTERM, run.log("learner.log")
+        assert actors.wait(timeout=30) == 0, run.log("actors.log")
+        run.workers[learner.pid] = evaluator_pids
+        run.assert_clean()
+        lines = _lines(run.run_dir)
+        assert lines and set(lines[0]["baselines"]) == {"random", "one_ply"}
+        assert read_best(run.run_dir)["update"] == max(lines, key=lambda l: (l["mean_score"], l["update"]))["update"]
+        records = [json.loads(line) for line in (run.run_dir / "metrics.jsonl").read_text().splitlines()]
+        assert any("eval_score_one_ply" in r for r in records)
+        assert "exit code" not in run.log("learner.log")  # the evaluator never died while training went on
+    finally:
+        run.close()
