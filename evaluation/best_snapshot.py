@@ -73,14 +73,16 @@ def kept_best_lineage(results_path: Path, best: dict | None = None) -> list[Kept
     for r in records:
         update, digest = r.get("update"), r.get("hash")
         if isinstance(update, int) and update == r.get("best_update") and isinstance(digest, str):
-            version = r.get("policy_version")
-            lineage.setdefault(update, KeptBest(update=update, policy_version=version if isinstance(version, int)
-                                                else 0, hash=digest))
+            lineage.setdefault(update, KeptBest(update=update, policy_version=_version(r), hash=digest))
     kept = list(lineage.values())
     if best is not None and isinstance(best.get("update"), int) and all(k.update < best["update"] for k in kept):
         source = best.get("source") if isinstance(best.get("source"), dict) else {}
         if isinstance(source.get("hash"), str):
-            version = best.get("policy_version")
-            kept.append(KeptBest(update=best["update"], policy_version=version if isinstance(version, int) else 0,
-                                 hash=source["hash"]))
+            kept.append(KeptBest(update=best["update"], policy_version=_version(best), hash=source["hash"]))
     return kept
+
+
+def _version(doc: dict) -> int:
+    """A document's policy_version, 0 when it has none (or not an integer)."""
+    version = doc.get("policy_version")
+    return version if isinstance(version, int) else 0

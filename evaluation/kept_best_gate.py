@@ -136,12 +136,13 @@ class KeptBestGate:
             kept_arrays = load_safetensors(str(self.run_dir / BEST_DIR / best["weights"]))
         except (OSError, TypeError, KeyError, SafetensorError):
             return None
+        kept_version = int(best.get("policy_version", 0))
         challenger = self._player(CHALLENGER_NAME, arrays, version)
-        kept = self._player(KEPT_BEST_NAME, kept_arrays, int(best.get("policy_version", 0)))
-        against_best = self._match(challenger, kept, KEPT_BEST_NAME)
-        if against_best.score_a < head_to_head_bar(self.games):  # rule 1 failed: the lineage games cannot help
-            return GateResult(against_best=against_best)
-        kept_as_challenger = self._player(CHALLENGER_NAME, kept_arrays, int(best.get("policy_version", 0)))
+        against_best = self._match(challenger, self._player(KEPT_BEST_NAME, kept_arrays, kept_version), KEPT_BEST_NAME)
+        head_to_head = GateResult(against_best=against_best)
+        if not head_to_head.passed:  # rule 1 failed: the lineage games cannot change the verdict
+            return head_to_head
+        kept_as_challenger = self._player(CHALLENGER_NAME, kept_arrays, kept_version)
         played, mine, theirs = [], [], []
         for old in earlier:
             old_player = self._earlier_player(old)
@@ -152,7 +153,7 @@ class KeptBestGate:
             mine.append(self._match(challenger, old_player, name).score_a)
             theirs.append(self._match(kept_as_challenger, old_player, name).score_a)
         if not played:
-            return GateResult(against_best=against_best)
+            return head_to_head
         return GateResult(against_best=against_best, earlier=tuple(played), challenger_scores=tuple(mine),
                           kept_best_scores=tuple(theirs), games=self.games)
 

@@ -182,7 +182,8 @@ def markdown_table(trials: Sequence[dict[str, Any]], opponents: Sequence[str], g
 
 
 def _largest_drop(trial: dict[str, Any]) -> str:
-    """The largest fall of the kept-best curve with its bootstrap sd, '0' when it never falls."""
+    """The largest fall of the kept-best curve with where it is and its bootstrap sd; elo_largest_drop (0.0) when
+    the curve never falls."""
     falls = [step for step in trial.get("elo_steps", []) if step["change"] < 0]
     if not falls:
         return str(trial.get("elo_largest_drop", "-"))
