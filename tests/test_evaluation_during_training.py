@@ -426,7 +426,12 @@ def test_learner_runs_the_evaluator_and_leaves_nothing_behind(tmp_path):
         run.assert_clean()
         lines = _lines(run.run_dir)
         assert lines and set(lines[0]["baselines"]) == {"random", "one_ply"}
-        assert read_best(run.run_dir)["update"] == max(lines, key=lambda l: (l["mean_score"], l["update"]))["update"]
+        # the config's gate is on (evaluation.gate_games): the kept best is the newest line that became the best,
+        # each best after the first passed the gate, and the kept best never got worse against the baselines
+        kept = [line for line in lines if line["update"] == line["best_update"]]
+        assert read_best(run.run_dir)["update"] == lines[-1]["best_update"] == kept[-1]["update"]
+        assert "gate_passed" not in kept[0] and all(line["gate_passed"] for line in kept[1:])
+        assert [line["mean_score"] for line in kept] == sorted(line["mean_score"] for line in kept)
         records = [json.loads(line) for line in (run.run_dir / "metrics.jsonl").read_text().splitlines()]
         assert any("eval_score_one_ply" in r for r in records)
         assert "exit code" not in run.log("learner.log")  # the evaluator never died while training went on
