@@ -3,7 +3,10 @@
 A worker turns the exception its env raised into an ``EnvErrorReport`` (the message, the type of the env's
 own exception and the innermost frame of its traceback, i.e. the user's file and line) and sends it to the
 host with the ENV_RESTARTED or FATAL status. The host logs it, forwards the latest one to the learner with
-its next heartbeat, and on FATAL raises ``EnvFailure`` with it.
+its next heartbeat, and on FATAL raises ``EnvFailure`` with it. An env that writes NaN or inf into what the
+host would record (``check_finite``, right after each step and reset in the worker) fails the same way, as
+``NonFiniteOutput``; so does a step that outlives ``env.step_timeout_s`` (``STEP_TIMEOUT``, reported by the
+host's watchdog in ``actors/worker_pool.py``).
 """
 
 from __future__ import annotations
@@ -12,10 +15,21 @@ import json
 import traceback
 from dataclasses import dataclass, replace
 
+import numpy as np
+
+from envs.base import StepBuffers
 from envs.errors import EnvRaised
 
 MAX_MESSAGE_CHARS = 2000
 """Longest message a report keeps (the rest is cut): it travels in pipes and heartbeats."""
+NON_FINITE = "NonFiniteOutput"
+"""Error type of a report on an env that wrote NaN or inf."""
+STEP_TIMEOUT = "StepTimeout"
+"""Error type of a report on a worker the host's watchdog killed (stuck in a step, or stopped)."""
+
+
+class NonFiniteOutput(RuntimeError):
+    """An env wrote NaN or inf into a reward, a float observation, a final observation or a global state."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,6 +46,8 @@ class EnvErrorReport:
     @classmethod
     def from_exception(cls, exc: BaseException) -> "EnvErrorReport":
         """The report of ``exc``, looking through ``EnvRaised`` wrappers to the env's own exception."""
+        if isinstance(exc, NonFiniteOutput):  # found by the worker's check, not raised by the env's code
+            return cls(message=str(exc)[:MAX_MESSAGE_CHARS], error_type=NON_FINITE, location="")
         original = exc
         while isinstance(original, EnvRaised) and original.__cause__ is not None:
             original = original.__cause__
@@ -77,3 +93,28 @@ class EnvFailure(RuntimeError):
     def __init__(self, report: EnvErrorReport) -> None:
         super().__init__(report.text())
         self.report = report
+
+
+def check_finite(buffers: StepBuffers, *, agents_per_env: int, call: str, label: str) -> None:
+    """``NonFiniteOutput`` naming the field, env (index in the group's vec env) and agent of the first NaN or inf
+    the host would read from ``buffers`` after ``call``: rewards, float observations of active slots, final
+    observations of truncated episodes, global states. One ``isfinite`` pass per field when all is finite."""
+    checks = [("reward", buffers.rewards, None), ("global state", buffers.global_state, None)]
+    if buffers.obs.dtype.kind == "f":
+        checks.append(("obs", buffers.obs, buffers.active))
+        if buffers.truncated.any():
+            checks.append(("final obs", buffers.final_obs, buffers.truncated))
+    for name, array, rows in checks:
+        if array.size == 0 or np.isfinite(array).all():
+            continue
+        bad = ~np.isfinite(array.reshape(len(array), -1)).all(axis=1)
+        if rows is not None:
+            bad &= rows
+        slots = np.flatnonzero(bad)
+        if len(slots) == 0:  # only in slots nothing reads (inactive, not truncated)
+            continue
+        slot = int(slots[0])
+        values = array[slot].reshape(-1)
+        value = values[~np.isfinite(values)][0]
+        raise NonFiniteOutput(f"env '{label}' wrote a non-finite {name} ({value}) in {call}() for env "
+                              f"{slot // agents_per_env}, agent {slot % agents_per_env}")

@@ -3,10 +3,12 @@
 The worker owns ``layout.groups`` groups of envs. Hot path: the host writes actions for group g into
 shared memory and sends the one byte ``g`` on the worker's pipe; the worker steps that group in place and
 answers ``[g, status]`` (plus an encoded ``EnvErrorReport`` for the error statuses). Nothing is pickled per
-step. An env that raises in ``step`` is rebuilt and reset (status ENV_RESTARTED), never taking the worker
-down; one that cannot be built or reset, or raises again right after each of MAX_RESTARTS_IN_A_ROW
-restarts, is reported as STATUS_FATAL and the worker exits. Every env exception's traceback is printed to
-the worker's stderr (the host's console) where it is caught. The worker exits on b"q", on EOF (host gone)
+step. An env that raises in ``step``, or writes NaN or inf where the host would read it (``check_finite``:
+``NonFiniteOutput``), is rebuilt and reset (status ENV_RESTARTED; the reset's outputs replace the bad ones,
+so they never reach a row), never taking the worker down; one that cannot be built or reset, or fails again
+right after each of MAX_RESTARTS_IN_A_ROW restarts, is reported as STATUS_FATAL and the worker exits. Every
+env exception's traceback is printed to the worker's stderr (the host's console) where it is caught (a
+non-finite output has no traceback: the host logs its report). The worker exits on b"q", on EOF (host gone)
 or on the host's death (PR_SET_PDEATHSIG).
 """
 
@@ -18,7 +20,7 @@ import time
 import traceback
 from dataclasses import dataclass
 
-from actors.env_failures import EnvErrorReport
+from actors.env_failures import EnvErrorReport, NonFiniteOutput, check_finite
 from actors.slot_layout import SlotLayout
 from actors.worker_segment import WorkerSegment
 from configs.env_config import EnvConfig
@@ -71,9 +73,9 @@ def worker_main(spec: WorkerSpec, conn) -> None:  # conn: multiprocess Connectio
         try:
             for g in range(spec.layout.groups):
                 envs.append(make_vec_env(spec.env, spec.layout.envs_per_group))
-                _call(envs[g], "reset", segment.groups[g], _seed(spec, g, 0), label=env_label(spec.env))
+                _reset(envs[g], spec, segment.groups[g], _seed(spec, g, 0))
         except Exception as exc:  # a broken env: tell the host why, instead of dying into a restart loop
-            traceback.print_exc()
+            _print_failure(exc)
             report = EnvErrorReport.from_exception(exc)
             _send_fatal(conn, report.within(f"env worker {spec.worker_id} could not start its env"))
             return
@@ -97,6 +99,7 @@ def _serve(spec: WorkerSpec, conn, envs: list, segment: WorkerSegment) -> None:
     generations = [0] * spec.layout.groups
     failures_in_a_row = [0] * spec.layout.groups
     label = env_label(spec.env)
+    agents_per_env = spec.layout.agents_per_env
     now = time.perf_counter
     while True:
         waited = now()
@@ -111,8 +114,9 @@ def _serve(spec: WorkerSpec, conn, envs: list, segment: WorkerSegment) -> None:
         clock[0] += stepped - waited
         try:
             _call(envs[g], "step", buffers[g], label=label)
+            check_finite(buffers[g], agents_per_env=agents_per_env, call="step", label=label)
         except Exception as exc:  # an env's own bug: restart that env group, keep the worker alive
-            traceback.print_exc()
+            _print_failure(exc)
             report = EnvErrorReport.from_exception(exc)
         else:
             failures_in_a_row[g] = 0
@@ -126,7 +130,7 @@ def _serve(spec: WorkerSpec, conn, envs: list, segment: WorkerSegment) -> None:
                 envs[g] = _restart(envs[g], spec, buffers[g], _seed(spec, g, generations[g]))
                 break
             except Exception as exc:
-                traceback.print_exc()
+                _print_failure(exc)
                 report = EnvErrorReport.from_exception(exc)
                 failures_in_a_row[g] += 1
                 if failures_in_a_row[g] >= MAX_RESTARTS_IN_A_ROW:
@@ -147,6 +151,20 @@ def _call(env, call: str, buffers: StepBuffers, *args, label: str) -> None:
         raise
     except Exception as exc:
         raise EnvRaised(f"env '{label}' raised in {call}(): {exc!r}") from exc
+
+
+def _reset(env, spec: WorkerSpec, buffers: StepBuffers, seed: int) -> None:
+    """``env.reset`` through ``_call``, its outputs checked like a step's (``NonFiniteOutput``)."""
+    label = env_label(spec.env)
+    _call(env, "reset", buffers, seed, label=label)
+    check_finite(buffers, agents_per_env=spec.layout.agents_per_env, call="reset", label=label)
+
+
+def _print_failure(exc: Exception) -> None:
+    """The traceback of an env's exception on the worker's stderr (a non-finite output has none worth showing:
+    the host logs its report)."""
+    if not isinstance(exc, NonFiniteOutput):
+        traceback.print_exc()
 
 
 def _send_fatal(conn, report: EnvErrorReport, group: int = 0) -> None:
@@ -171,7 +189,7 @@ def _restart(env, spec: WorkerSpec, buffers: StepBuffers, seed: int):
     """Close the broken env group, build and reset a fresh one; the aborted episodes end as terminated."""
     _close_quietly(env)
     fresh = make_vec_env(spec.env, spec.layout.envs_per_group)
-    _call(fresh, "reset", buffers, seed, label=env_label(spec.env))
+    _reset(fresh, spec, buffers, seed)
     buffers.terminated[:] = True  # the aborted episodes end here; the learner must not bootstrap across
     buffers.episode_done[:] = False
     return fresh

@@ -11,6 +11,13 @@ a wake never reaches a worker that did not write the step it answers. A worker t
 times without completing a single step in between stops the host (``EnvFailure`` naming the worker and its
 last exit cause: exit code, or the signal that killed it), like an env that cannot be built. Every send on a
 pipe tolerates a worker that died a moment ago: its EOF at the next poll buries it.
+
+Watchdog: ``wake`` stamps each group it hands actions to, and its reply clears the stamp. Every WATCH_PERIOD_S
+(at most a quarter of the deadline) ``collect`` looks for a worker whose oldest stamped group has waited longer
+than ``env.step_timeout_s`` with nothing left to read on its pipe: stuck in an env step, or stopped (SIGSTOP,
+read from /proc). It logs one line naming the worker, the env and the group, reports it as an env error
+(``STEP_TIMEOUT``, for the learner's log), kills the process and buries it like a dead one, so the respawn's
+backoff and the crash-loop rule apply.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ import numpy as np
 from multiprocess.connection import Connection
 import zmq
 
-from actors.env_failures import EnvErrorReport, EnvFailure
+from actors.env_failures import NON_FINITE, STEP_TIMEOUT, EnvErrorReport, EnvFailure
 from actors.rows_report import RowsReport
 from actors.shm import segment_name
 from actors.slot_layout import GroupView, SlotLayout
@@ -37,6 +44,7 @@ from actors.worker import QUIT, STATUS_ENV_RESTARTED, STATUS_FATAL, WorkerSpec, 
 from actors.worker_segment import WorkerSegment
 from configs.env_config import EnvConfig
 from envs.base import EnvSpec
+from envs.registry import env_label
 
 LOG = logging.getLogger("sluice.actors")
 JOIN_TIMEOUT_S = 5.0
@@ -48,6 +56,8 @@ RESPAWN_BACKOFF_MAX_S = 8.0
 """Longest delay before a respawn."""
 EXIT_GRACE_S = 2.0
 """How long a worker whose pipe broke may take to exit before it is killed (its exit cause is read then)."""
+WATCH_PERIOD_S = 0.5
+"""Longest time between two watchdog checks of the workers' step deadlines (shorter for deadlines under 2 s)."""
 
 
 @dataclass(kw_only=True)
@@ -74,6 +84,19 @@ class WorkerProcess:
     """Replies read from this process (the first ``groups`` follow its reset; later ones answer steps)."""
     respawn_at: float | None = None
     """Monotonic time its respawn is due (None: alive)."""
+    killed_because: str = ""
+    """Why the watchdog killed it ('' if it did not): its exit cause in the crash-loop message."""
+
+
+def process_state(pid: int | None) -> str:
+    """What a worker that does not answer is doing, from /proc/<pid>/stat: 'stopped (SIGSTOP)', 'stopped by a
+    tracer' or 'busy in env step' (also where /proc cannot tell)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            state = stat.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "busy in env step"
+    return {"T": "stopped (SIGSTOP)", "t": "stopped by a tracer"}.get(state, "busy in env step")
 
 
 def exit_cause(exitcode: int | None) -> str:
@@ -105,6 +128,12 @@ class WorkerPool:
         self.last_env_error: EnvErrorReport | None = None
         """The latest env error a worker reported."""
         self.clocks_seen = np.zeros((layout.workers, 2))
+        self.step_timeout_s = env_config.step_timeout_s
+        """A group woken longer ago than this without an answer gets its worker killed and respawned."""
+        self.watch_period_s = min(WATCH_PERIOD_S, self.step_timeout_s / 4)
+        self.next_watch = time.monotonic() + self.watch_period_s
+        self.woken_at = np.full((layout.workers, layout.groups), np.inf)
+        """Monotonic time each group was handed actions and has not answered since (inf: not waited for)."""
         self.workers: list[WorkerProcess] = []
         self.by_fd: dict[int, int] = {}
         self.wake_bytes = tuple(bytes([g]) for g in range(layout.groups))
@@ -136,9 +165,14 @@ class WorkerPool:
             w = self.by_fd.get(fd)
             if w is not None:
                 self._read_replies(w, report)
+        now = time.monotonic()
+        if now >= self.next_watch:
+            self.next_watch = now + self.watch_period_s
+            self._watch(now, report)
 
     def wake(self, groups: Sequence[GroupView]) -> None:
-        """Tell the groups' workers their actions are in shared memory."""
+        """Tell the groups' workers their actions are in shared memory (the watchdog's clock starts)."""
+        now = time.monotonic()
         for view in groups:
             conn = self.workers[view.worker].conn
             if conn is None:  # buried since its step was collected; its groups are no longer ready
@@ -146,7 +180,8 @@ class WorkerPool:
             try:
                 conn.send_bytes(self.wake_bytes[view.group])
             except (OSError, ValueError):
-                pass  # it died after its step was collected (BrokenPipeError): its pipe's EOF is seen next poll
+                continue  # it died after its step was collected (BrokenPipeError): its pipe's EOF is seen next poll
+            self.woken_at[view.worker, view.group] = now
 
     def read_clocks(self) -> tuple[float, float]:
         """Seconds all workers together waited for actions and stepped envs since the last call."""
@@ -203,6 +238,7 @@ class WorkerPool:
                 reply = worker.conn.recv_bytes()
                 worker.replies += 1
                 group, status = reply[0], reply[1]
+                self.woken_at[w, group] = np.inf
                 if status == STATUS_FATAL:
                     raise EnvFailure(EnvErrorReport.from_bytes(reply[2:]))
                 if worker.replies > self.layout.groups:  # it answered a step: it lives
@@ -211,8 +247,10 @@ class WorkerPool:
                     self.last_env_error = EnvErrorReport.from_bytes(reply[2:])
                     report.env_restarts += 1
                     self.env_restarts += 1
-                    LOG.warning("worker %d: env group %d raised and was restarted (%d env restarts on this "
-                                "host): %s", w, group, self.env_restarts, self.last_env_error.text())
+                    failed = ("wrote a non-finite value" if self.last_env_error.error_type == NON_FINITE
+                              else "raised")
+                    LOG.warning("worker %d: env group %d %s and was restarted (%d env restarts on this host): %s",
+                                w, group, failed, self.env_restarts, self.last_env_error.text())
                 self.ready.append(worker.groups[group])
         except (EOFError, OSError):
             self._bury(w)
@@ -227,6 +265,7 @@ class WorkerPool:
         del self.by_fd[worker.fd]
         worker.conn.close()
         worker.conn = None
+        self.woken_at[w] = np.inf
         self.on_restart(w)
         kept = [view for view in self.ready if view.worker != w]
         self.ready.clear()
@@ -251,13 +290,37 @@ class WorkerPool:
                 LOG.warning("env worker %d closed its pipe but did not exit in %g s; killing it", w, EXIT_GRACE_S)
                 worker.process.kill()
                 worker.process.join(timeout=1)
-            cause = exit_cause(worker.process.exitcode)
+            cause = worker.killed_because or exit_cause(worker.process.exitcode)
             deaths = worker.deaths_in_a_row
             if deaths >= MAX_DEATHS_IN_A_ROW:  # stop() releases its segment
                 raise EnvFailure(EnvErrorReport(
                     message=f"env worker {w} died {deaths} times in a row without completing a step (last: {cause})",
                     error_type="worker process died", location=""))
-            LOG.warning("env worker %d died (%s; %d in a row); respawned", w, cause, deaths)
+            if not worker.killed_because:  # the watchdog's line already said it restarts the worker
+                LOG.warning("env worker %d died (%s; %d in a row); respawned", w, cause, deaths)
             self.workers[w] = self._spawn(worker.spec, worker.segment)
             self.workers[w].restarts = worker.restarts + 1
             self.workers[w].deaths_in_a_row = deaths
+
+    def _watch(self, now: float, report: RowsReport) -> None:
+        """Kill and bury every live worker whose oldest woken group has waited past the step deadline with no
+        answer waiting on its pipe; each is one line, and an env error for the learner."""
+        if self.stop_flag.is_set():
+            return
+        waited = now - self.woken_at.min(axis=1)
+        for w in np.flatnonzero(waited > self.step_timeout_s).tolist():
+            worker = self.workers[w]
+            if worker.conn is None or worker.conn.poll():  # buried already, or its answer just came in
+                continue
+            group = int(np.argmin(self.woken_at[w]))
+            state = process_state(worker.process.pid)
+            line = (f"env worker {w} (env '{env_label(worker.spec.env)}', group {group}) stuck: no answer for "
+                    f"{waited[w]:.1f} s (env.step_timeout_s {self.step_timeout_s:g}), {state}; killing and "
+                    f"respawning it")
+            LOG.warning("%s", line)
+            self.last_env_error = EnvErrorReport(message=line, error_type=STEP_TIMEOUT, location="")
+            report.env_restarts += 1
+            self.env_restarts += 1
+            worker.process.kill()  # SIGKILL ends a stopped process too
+            self._bury(w)
+            worker.killed_because = f"{state} for {waited[w]:.1f} s, killed by the step watchdog"

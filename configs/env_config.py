@@ -35,3 +35,7 @@ class EnvConfig:
     """Observation window height (gridworld envs)."""
     max_steps: int = 500
     """Episode time limit in steps; reaching it truncates the episode (bootstrapped, not terminal)."""
+    step_timeout_s: float = 60.0
+    """Deadline in seconds for one env group's step on an actor host (from the host handing it actions to the
+    worker's answer, env rebuilds included): a worker past it (a hung env, a stopped process) is reported,
+    killed and respawned, counted like a worker death."""

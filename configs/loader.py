@@ -64,6 +64,7 @@ _BOUNDS: dict[str, tuple[float | None, bool, float | None, bool]] = {
     "selfplay.cache_size": (1, True, None, False),
     "env.obs_width": (1, True, None, False),
     "env.obs_height": (1, True, None, False),
+    "env.step_timeout_s": (0.1, True, None, False),
     "run.checkpoint_interval": (1, True, None, False),
     "run.keep_checkpoints": (1, True, None, False),
     "run.torch_threads": (1, True, None, False),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 from envs.base import StepBuffers
 from envs.cartpole import CartPoleVec
@@ -71,3 +72,48 @@ class DiesInStep(CartPoleVec):
                 os.kill(os.getpid(), signal.Signals[self.kill_with])
             os._exit(3)
         super().step(buffers)
+
+
+class HangsInStep(CartPoleVec):
+    """CartPole whose ``hang_on``-th step call hangs (sleeps 1000 s); with a ``flag`` path, only in the first
+    instance that gets there (it creates the file, which spares every later one). Never build it in a test's own
+    process."""
+
+    def __init__(self, num_envs: int, *, max_steps: int, hang_on: int = 20, flag: str = "") -> None:
+        super().__init__(num_envs, max_steps=max_steps)
+        self.hang_on = hang_on
+        self.flag = flag
+        self.calls = 0
+
+    def step(self, buffers: StepBuffers) -> None:
+        """Step, except the ``hang_on``-th call, which never returns (unless the flag spares it)."""
+        self.calls += 1
+        if self.calls == self.hang_on and self._first_to_hang():
+            time.sleep(1000)
+        super().step(buffers)
+
+    def _first_to_hang(self) -> bool:
+        if not self.flag:
+            return True
+        try:
+            os.close(os.open(self.flag, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return False
+        return True
+
+
+class WritesNaN(CartPoleVec):
+    """CartPole that writes NaN into the reward of env ``env``'s agent on every ``nan_every``-th step call."""
+
+    def __init__(self, num_envs: int, *, max_steps: int, nan_every: int = 5, env: int = 1) -> None:
+        super().__init__(num_envs, max_steps=max_steps)
+        self.nan_every = nan_every
+        self.env = env
+        self.calls = 0
+
+    def step(self, buffers: StepBuffers) -> None:
+        """Step; every ``nan_every``-th call, then overwrite one reward with NaN."""
+        self.calls += 1
+        super().step(buffers)
+        if self.calls % self.nan_every == 0:
+            buffers.rewards[self.env] = float("nan")
