@@ -166,7 +166,7 @@ class Ingest(threading.Thread):
         self.registry = registry
         self.rules = RowRules(action=env.action, mask_size=env.mask_size, bptt_horizon=horizon - 1,
                               rows_per_message=rows_per_message, max_abs_value=max_abs_value,
-                              agents_per_row=env.num_agents if team_rows else 1)
+                              agents_per_row=env.num_agents if team_rows else 1, team_rows=team_rows)
         self.rejects = RejectLog(LOG, what="ROWS message")
         self.segments = segments
         self.max_policy_lag = max_policy_lag

@@ -4,6 +4,14 @@ Which forward pass gives pi_current for the V-trace ratios: the learner's policy
 update*, on the whole batch, before any gradient step. That is the policy the advantages are computed
 for; the per-minibatch PPO ratio then compares the moving policy against the behaviour log-probs that
 the actors recorded, which is what the clip must bound.
+
+Rows that would make a gradient step non-finite are dropped from the update, not the update itself
+(``usable_rows``): a row is dropped when a step of it has a non-finite advantage or return, or a start-of-update
+log-ratio that is non-finite or above LOG_RATIO_LIMIT. Dropped rows get sampling probability 0, so every
+minibatch holds only usable rows and trains; they are counted as ``rows_dropped_nonfinite`` and left out of the
+update's batch metrics and of the value normaliser's statistics. Only where fewer usable rows remain than one
+minibatch holds are minibatches drawn from every row as before, and a step whose minibatch holds a dropped row is
+skipped by the optimizer guard (``skipped_steps``, learner/optimizer_step.py).
 """
 
 from __future__ import annotations
@@ -27,6 +35,12 @@ from learner.value_normalization import RunningMeanStd
 LossFn = Callable[..., dict[str, torch.Tensor]]
 
 INFERENCE_CHUNK_ROWS = 1024
+LOG_RATIO_LIMIT = 20.0
+"""Largest start-of-update log-ratio log(pi_current / pi_behaviour) a usable row may hold (ratio e^20 = 4.9e8).
+The unclipped PPO term ``-A * ratio`` carries the ratio into the gradient, and clip_grad_norm_ squares gradient
+elements in float32, which overflows above sqrt(3.4e38) = 1.8e19; e^20 leaves a factor 3.7e10 for the advantage,
+its IS weight and d log pi / d theta. A genuine row at this ratio was drawn with probability below 2e-9 of what
+the current policy gives its action, and would dominate its step after clipping anyway."""
 
 
 def sampling_probs(advantages: torch.Tensor, prio_alpha: float, reducer: Reducer = SINGLE_PROCESS) -> torch.Tensor:
@@ -44,6 +58,13 @@ def sampling_probs(advantages: torch.Tensor, prio_alpha: float, reducer: Reducer
     total = reducer.sum(prio_weights.sum())
     probs = (prio_weights + 1e-6) / (total + 1e-6)
     return torch.where(total > 0, probs, uniform)
+
+
+def usable_rows(logratios: torch.Tensor, advantages: torch.Tensor, returns: torch.Tensor) -> torch.Tensor:
+    """[S] bool: rows whose steps all have finite advantages and returns and a log-ratio that is finite and at most
+    LOG_RATIO_LIMIT (the module docstring); computed on the device."""
+    finite = torch.isfinite(advantages) & torch.isfinite(returns) & torch.isfinite(logratios)
+    return (finite & (logratios <= LOG_RATIO_LIMIT)).all(dim=1)
 
 
 @torch.no_grad()
@@ -88,18 +109,25 @@ def ppo_update(policy: nn.Module, optimizer: torch.optim.Optimizer, batch: RowBa
     with autocast_context(device, autocast):
         logprobs = current_logprobs(policy, rows["obs"], rows["actions"], rows["action_masks"], rows["dones"],
                                     rows["states"])
-    ratios = torch.exp(logprobs - rows["old_logprobs"])
+    logratios = logprobs - rows["old_logprobs"]
+    ratios = torch.exp(logratios)
     rewards = batch.rewards + trainer.gamma * bootstrap
     advantages = compute_advantages(values, rewards, batch.dones, ratios, gamma=trainer.gamma,
                                     gae_lambda=trainer.gae_lambda, rho_clip=trainer.vtrace_rho_clip,
                                     c_clip=trainer.vtrace_c_clip).to(device)
     returns = advantages + old_values
+    usable = usable_rows(logratios, advantages, returns)
+    dropped = int((~usable).sum())  # one host sync per update
+    all_usable = reducer.gather(usable)
     value_targets = returns
     if value_normalizer is not None:  # the value loss compares normalised predictions with normalised targets
-        value_normalizer.update(reducer.gather(returns))
+        value_normalizer.update(reducer.gather(returns)[all_usable])
         value_targets = value_normalizer.normalize(returns)
         rows = {**rows, "old_values": value_normalizer.normalize(old_values)}
-    probs = sampling_probs(advantages, trainer.prio_alpha, reducer)
+    sampled_advantages = torch.where(usable.unsqueeze(1), advantages, 0.0) if dropped else advantages
+    probs = sampling_probs(sampled_advantages, trainer.prio_alpha, reducer)
+    if dropped and len(usable) - dropped >= plan.minibatch_segments:  # minibatches of usable rows only
+        probs = torch.where(usable, probs, 0.0)
     coefs = torch.tensor([schedule.clip_coef, trainer.vf_clip_coef, schedule.ent_coef, trainer.vf_coef,
                           schedule.kl_coef], dtype=torch.float32, device=device)
     use_reference = reference if schedule.kl_coef > 0 else None
@@ -153,12 +181,14 @@ def ppo_update(policy: nn.Module, optimizer: torch.optim.Optimizer, batch: RowBa
     metrics.update(is_weight_mean=float(weights.mean()), is_weight_min=float(weights.min()),
                    is_weight_max=float(weights.max()))
     metrics.update(step_metrics(grad_norms, skip_flags))
-    metrics["explained_variance"] = explained_variance(reducer.gather(old_values), reducer.gather(returns))
+    metrics["explained_variance"] = explained_variance(reducer.gather(old_values)[all_usable],
+                                                       reducer.gather(returns)[all_usable])
     metrics["minibatch_steps"] = float(minibatch_steps)
     metrics["early_stopped"] = float(early_stopped)
     metrics.update(schedule.as_metrics())
-    metrics["advantage_mean"] = float(reducer.gather(advantages).mean())
-    metrics["ratio_mean"] = float(reducer.gather(ratios).mean())
+    metrics["advantage_mean"] = float(reducer.gather(advantages)[all_usable].mean())
+    metrics["ratio_mean"] = float(reducer.gather(ratios)[all_usable].mean())
+    metrics["rows_dropped_nonfinite"] = float((~all_usable).sum())
     return metrics
 
 
@@ -181,7 +211,9 @@ def epoch_kl(epoch_terms: list[dict[str, torch.Tensor]], reducer: Reducer = SING
 
 
 def explained_variance(predicted: torch.Tensor, target: torch.Tensor) -> float:
-    """1 - Var(target - predicted) / Var(target); NaN when the target has no variance."""
+    """1 - Var(target - predicted) / Var(target); NaN when the target has no variance (or fewer than 2 values)."""
+    if target.numel() < 2:
+        return float("nan")
     var_target = torch.var(target)
     if float(var_target) == 0.0:
         return float("nan")

@@ -12,14 +12,22 @@ Arrays (one vectorised pass per field, the slow search for the first bad value o
 * ``non_finite`` / ``absurd_value``: NaN or inf, or a magnitude above ``network.max_abs_value``, in a float
   field the table marks ``bounded`` (observations, box actions, log-probs, values, rewards, bootstraps,
   recurrent states).
+* ``bad_logprob``: a behaviour log-probability a policy of this action space cannot emit (``logprob_bounds``);
+  without this bound a log-prob of -100 made every gradient step of an update non-finite.
 * ``bad_row_version``: a negative policy version (rows from a policy newer than the learner's are dropped later
   as "future"; a negative one is no version at all).
 
 Counters (``bad_counter``), as an actor host counts them between two ROWS messages (``actors/stepper.py``,
 ``actors/host.py``, see ``max_agent_steps``): env steps, agent steps and env restarts are >= 0; agent steps
 are at most what the host's row buffer lets it record between two messages, and at most agents per env
-times its env steps; episodes at most agents per env times env steps. Episodes (``bad_episode``): lengths
+times its env steps; episodes at most agents per env times env steps, and at most agent steps plus agent slots
+(``max_episodes``: no flood of episodes in a message that counts no step). Episodes (``bad_episode``): lengths
 from 1 to the int32 an env reports them in, returns finite and within ``max_abs_value`` per step.
+
+Not checked: that an episode's length is at most the steps its host reported so far. Episodes start in earlier
+messages, the ingest keeps no per-host history of counts, and a host that re-registers (or a learner that
+resumes) starts that history afresh, so the bound would refuse genuine episodes; the length is what bounds a
+return instead (``max_abs_value`` per step).
 """
 
 from __future__ import annotations
@@ -37,6 +45,13 @@ from protocol.rows import HOST_STATS, ROW_FIELDS
 
 MAX_EPISODE_LENGTH = int(np.iinfo(np.int32).max)
 """Longest episode a host can report (envs write episode lengths into an int32 array)."""
+LOG_FLOAT32_TINY = math.log(float(np.finfo(np.float32).tiny))
+"""log of the smallest normal float32 (about -87.34): the floor of one categorical component's log-prob."""
+LOG_FLOAT32_MAX = math.log(float(np.finfo(np.float32).max))
+"""log of the largest float32 (about 88.72): how far a float32 log_std can reach before exp(-log_std) is inf."""
+LOGPROB_TOLERANCE = 1e-3
+"""Slack on each log-prob bound for the float32 rounding of a sum over components or dimensions."""
+_HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,6 +70,8 @@ class RowRules:
     """Largest magnitude accepted in a bounded float field (network.max_abs_value)."""
     agents_per_row: int = 1
     """Agents one row's step records: 1, or the env's agents in COMA's team rows (a host then writes a row per env)."""
+    team_rows: bool = False
+    """Rows are COMA's team rows, whose box actions come from the tanh-squashed Gaussian (``logprob_bounds``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,6 +106,7 @@ def check_rows(arrays: dict[str, np.ndarray], rules: RowRules) -> None:
         _check_discrete_actions(arrays["actions"], rules.action)
         if rules.mask_size:
             _check_masked_actions(arrays["actions"], arrays["action_masks"], rules.action)
+    _check_logprobs(arrays["logprobs"], rules)
     versions = arrays["versions"]
     if versions.size and versions.min() < 0:
         row = int(np.flatnonzero(versions < 0)[0])
@@ -110,6 +128,54 @@ def check_bounded(name: str, array: np.ndarray, limit: float) -> None:
     index = _first(np.abs(array) > limit)
     raise ProtocolError("absurd_value", f"array '{name}' has {float(array[index])!r} at index {index}; "
                                         f"values must be within +-{limit:g} (network.max_abs_value)")
+
+
+def logprob_bounds(rules: RowRules) -> tuple[float, float]:
+    """The closed range of behaviour log-probabilities (one agent's whole action) a real host can send.
+
+    Discrete kinds: ``ActionDistribution.sample`` draws each component from ``exp(log_softmax)`` in float32 and
+    reports the sum of the components' log-softmax values. A log-softmax is <= 0 (its normaliser sums terms of
+    which the largest is exp(0) = 1). An action whose probability is below the smallest normal float32 (log about
+    -87.34; masked logits of -1e9 give exactly 0) is drawn with a chance below 1.2e-38 per draw, never in any run,
+    so each component's log-prob is >= LOG_FLOAT32_TINY and the sum >= that times the number of components. The
+    floor also keeps one component's V-trace ratio ``exp(logp_current - logp_behaviour) <= 1 / tiny`` finite in
+    float32 (exp(87.34) = 8.5e37 < 3.4e38): -100 would overflow it.
+
+    Box, per-agent rows (``ActionDistribution``'s diagonal Gaussian): per dimension
+    ``-z**2 / 2 - log_std - log(2 pi) / 2`` with ``z = (a - mean) * exp(-log_std)``. The policy's log_std is an
+    unclamped parameter, so only float32 limits it: where exp(-log_std) overflows, ``z`` is inf or NaN and the
+    log-prob is non-finite, so a finite one has ``-log_std <= LOG_FLOAT32_MAX`` and a log-prob of at most
+    ``dims * (LOG_FLOAT32_MAX - log(2 pi) / 2)`` (about 87.80 per dimension: a density can be positive). Below,
+    a Gaussian density has no floor (a wide std, a far sample): only ``max_abs_value`` bounds it.
+
+    Box, team rows (COMA's tanh-squashed Gaussian, log_std clamped to [-20, 2]): the Jacobian term
+    ``-log(1 - tanh(u)**2)`` grows like ``2 |u|`` with the pre-tanh draw, which the policy's mean leaves
+    unbounded, so only ``max_abs_value`` bounds it either way.
+
+    Every bound is also clipped to ``+-max_abs_value``.
+    """
+    limit = rules.max_abs_value
+    space = rules.action
+    if space.kind != "box":
+        low, high = len(space.nvec) * LOG_FLOAT32_TINY - LOGPROB_TOLERANCE, LOGPROB_TOLERANCE
+    elif rules.team_rows:
+        low, high = -limit, limit
+    else:
+        low, high = -limit, len(space.low) * (LOG_FLOAT32_MAX - _HALF_LOG_2PI) + LOGPROB_TOLERANCE
+    return max(low, -limit), min(high, limit)
+
+
+def _check_logprobs(logprobs: np.ndarray, rules: RowRules) -> None:
+    """ProtocolError ``bad_logprob`` for a log-prob outside ``logprob_bounds`` (finite by now)."""
+    if logprobs.size == 0:
+        return
+    low, high = logprob_bounds(rules)
+    if logprobs.min() >= low and logprobs.max() <= high:
+        return
+    index = _first((logprobs < low) | (logprobs > high))
+    raise ProtocolError("bad_logprob", f"array 'logprobs' has {float(logprobs[index])!r} at index {index}; a policy "
+                                       f"over {rules.action.describe()} gives log-probabilities in "
+                                       f"[{low:.6g}, {high:.6g}]")
 
 
 def _check_flags(name: str, array: np.ndarray) -> None:
@@ -190,6 +256,19 @@ def max_env_steps(num_rows: int, sender: Sender, rules: RowRules) -> int:
     return sender.num_envs * max_agent_steps(num_rows, sender, rules)
 
 
+def max_episodes(agent_steps: int, sender: Sender) -> int:
+    """The most episodes one ROWS message reporting ``agent_steps`` can carry: ``agent_steps + agent_slots``.
+
+    Derivation (``actors/stepper.py``): a host reports an episode of a learner slot when its env's step ends it,
+    and every episode holds at least one step of the slot it is reported for (lengths >= 1). Of the episodes
+    one slot ends between two messages, only the first can have all its steps before the previous message;
+    each later one started after the first ended, so one of its steps is among the ``agent_steps`` this message
+    counts. So a message that counts no step reports at most one episode per agent slot (an opponent's move
+    can end a game the learner's seat last moved in before the previous message).
+    """
+    return agent_steps + sender.agent_slots
+
+
 def read_report(message: Message, *, sender: Sender, rules: RowRules, stat_names: tuple[str, ...]) -> HostReport:
     """The counters, episodes and timing of a ROWS message, checked (module docstring); ProtocolError if wrong."""
     fields = message.fields
@@ -212,6 +291,9 @@ def read_report(message: Message, *, sender: Sender, rules: RowRules, stat_names
     returns, lengths = _episodes(fields, rules.max_abs_value)
     _at_most("episode_returns", len(returns), slots_stepped,
              f"{agents_per_env:g} agents per env times env_steps {env_steps}")
+    _at_most("episode_returns", len(returns), max_episodes(agent_steps, sender),
+             f"agent_steps {agent_steps} plus {sender.agent_slots} agent slots: each slot's episodes but its first "
+             f"end after a step this message counts")
     return HostReport(env_steps=env_steps, agent_steps=agent_steps, env_restarts=env_restarts, returns=returns,
                       lengths=lengths, named_stats=named_stats(message, stat_names, len(returns)),
                       host_stats=host_stats(message))

@@ -22,13 +22,15 @@ from envs.spaces import ActionSpace
 from envs.rows import row_layout
 from learner.batch import BatchBuffers, to_batch
 from learner.ingest import Ingest
-from learner.row_checks import MAX_EPISODE_LENGTH, RowRules, max_agent_steps, out_of_range_index
+from learner.row_checks import (LOG_FLOAT32_TINY, MAX_EPISODE_LENGTH, RowRules, check_rows, logprob_bounds,
+                                max_agent_steps, out_of_range_index, read_report)
 from learner.senders import Sender, SenderRegistry
-from protocol import Limits, Message, MessageType, encode
+from protocol import Limits, Message, MessageType, ProtocolError, encode
 
 POLICY_VERSION, MAX_LAG, MAX_ABS = 7, 3, 1e6
 TOKEN = "f" * 32
 ENDPOINTS = itertools.count()
+DISCRETE = ("discrete", "multi_discrete")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,7 +99,7 @@ def genuine(case: Case, rng: np.random.Generator) -> tuple[dict[str, np.ndarray]
     agents_per_env = spec.num_agents
     agent_steps = int(rng.integers(0, n * (case.horizon - 1) + 1))
     env_steps = -(-agent_steps // agents_per_env) + int(rng.integers(0, n + 1))
-    episodes = int(rng.integers(0, min(env_steps * agents_per_env, 4) + 1))
+    episodes = int(rng.integers(0, min(env_steps * agents_per_env, agent_steps + case.sender.agent_slots, 4) + 1))
     lengths = [int(x) for x in rng.integers(1, 500, episodes)]
     fields = {"num_rows": n, "env_steps": env_steps, "agent_steps": agent_steps,
               "env_restarts": int(rng.integers(0, 2)), "token": TOKEN,
@@ -158,6 +160,21 @@ def more_episodes_than_steps(case, arrays, fields, rng):
     fields["episode_stats"] = {name: [0.0] * count for name in case.spec.episode_stats}
 
 
+def episodes_without_steps(case, arrays, fields, rng):
+    """The message of issue 28: many episodes, no agent step counted (env steps enough for the older rule)."""
+    count = case.sender.agent_slots + 1
+    fields["agent_steps"], fields["env_steps"] = 0, count
+    fields["episode_returns"], fields["episode_lengths"] = [500.0] * count, [500] * count
+    fields["episode_stats"] = {name: [0.0] * count for name in case.spec.episode_stats}
+
+
+def logprob(value, kinds):
+    def mutate(case, arrays, fields, rng):
+        assume(case.spec.action.kind in kinds)
+        arrays["logprobs"][_one(arrays["logprobs"], rng)] = value(case) if callable(value) else value
+    return mutate
+
+
 def first_episode(name, value):
     def mutate(case, arrays, fields, rng):
         assume(fields["episode_lengths"])
@@ -185,6 +202,13 @@ MUTATIONS: dict[str, tuple[Callable, str]] = {
     "logprob_minus_1e30": (float_value("logprobs", -1e30), "absurd_value"),
     "state_1e30": (float_value("states", 1e30), "absurd_value"),
     "box_action_1e30": (float_value("actions", 1e30), "absurd_value"),
+    "logprob_minus_1e6_discrete": (logprob(-1e6, DISCRETE), "bad_logprob"),
+    "logprob_below_the_floor": (logprob(lambda case: len(case.spec.action.nvec) * LOG_FLOAT32_TINY - 0.01,
+                                        DISCRETE), "bad_logprob"),
+    "logprob_positive_discrete": (logprob(0.5, DISCRETE), "bad_logprob"),
+    "box_logprob_above_any_density": (logprob(lambda case: logprob_bounds(rules_of(case))[1] + 1.0, ("box",)),
+                                      "bad_logprob"),
+    "episodes_without_steps": (episodes_without_steps, "bad_counter"),
     "negative_version": (negative_version, "bad_row_version"),
     "negative_agent_steps": (field_value("agent_steps", -1), "bad_counter"),
     "negative_env_steps": (field_value("env_steps", -5), "bad_counter"),
@@ -280,3 +304,64 @@ def test_the_batch_boundary_names_an_action_out_of_range():
         to_batch(buffers, torch.device("cpu"))
     assert out_of_range_index(np.array([[0, 4], [-1, 0]]), (5,)) == (1, 0)
     assert out_of_range_index(np.array([[0, 4]]), (5,)) is None
+
+
+def _rules(action: ActionSpace, *, team_rows: bool = False) -> RowRules:
+    return RowRules(action=action, mask_size=0, bptt_horizon=3, rows_per_message=2, max_abs_value=MAX_ABS,
+                    team_rows=team_rows)
+
+
+def _logprob_refusal(action: ActionSpace, value: float, *, team_rows: bool = False) -> str | None:
+    """The ProtocolError text of check_rows for one row whose step 1 has log-prob ``value``; None if accepted."""
+    spec = EnvSpec(num_agents=1, obs_shape=(2,), obs_dtype="float32", action=action)
+    arrays = row_layout(spec, horizon=4, state_size=0).allocate(1)
+    for array in arrays.values():
+        array[...] = 0
+    arrays["logprobs"][0, 1] = value
+    try:
+        check_rows(arrays, _rules(action, team_rows=team_rows))
+    except ProtocolError as err:
+        assert err.reason == "bad_logprob"
+        return str(err)
+    return None
+
+
+def test_the_categorical_floor_is_the_log_of_the_smallest_normal_float32_per_component():
+    assert LOG_FLOAT32_TINY == pytest.approx(-87.3365, abs=1e-4)
+    one, three = ActionSpace.discrete(4), ActionSpace.multi_discrete([3, 2, 5])
+    assert _logprob_refusal(one, LOG_FLOAT32_TINY + 0.01) is None
+    assert _logprob_refusal(one, 0.0) is None and _logprob_refusal(one, 1e-4) is None
+    assert _logprob_refusal(one, -100.0) == ("array 'logprobs' has -100.0 at index (0, 1); a policy over "
+                                             "Discrete(4) gives log-probabilities in [-87.3375, 0.001]")
+    assert _logprob_refusal(three, 3 * LOG_FLOAT32_TINY + 0.01) is None  # the floor adds up over components
+    assert "[-262.011, 0.001]" in _logprob_refusal(three, 3 * LOG_FLOAT32_TINY - 0.01)
+    assert "has 0.5 at index (0, 1)" in _logprob_refusal(one, 0.5)
+
+
+def test_a_gaussian_log_density_may_be_positive_up_to_the_float32_log_std_limit():
+    box = ActionSpace.box([-1.0, -1.0], [1.0, 1.0])
+    low, high = logprob_bounds(_rules(box))
+    assert (low, high) == (-MAX_ABS, pytest.approx(2 * 87.8039, abs=2e-3))
+    assert _logprob_refusal(box, 150.0) is None and _logprob_refusal(box, -1e6) is None
+    assert "[-1e+06, 175.609]" in _logprob_refusal(box, 176.0)
+    assert _logprob_refusal(box, 176.0, team_rows=True) is None  # COMA's tanh-Gaussian: only max_abs_value
+
+
+def test_episodes_need_steps_in_the_same_message():
+    spec = EnvSpec(num_agents=1, obs_shape=(2,), obs_dtype="float32", action=ActionSpace.discrete(2))
+    sender = Sender(name="h", token=TOKEN, curve_key=None, num_envs=1, agent_slots=1)
+    rules = _rules(spec.action)
+
+    def report(agent_steps: int, episodes: int):
+        fields = {"num_rows": 1, "env_steps": 9, "agent_steps": agent_steps, "token": TOKEN,
+                  "episode_returns": [500.0] * episodes, "episode_lengths": [500] * episodes}
+        message = Message(type=MessageType.ROWS, sender="h", version=0, fields=fields, arrays={})
+        return read_report(message, sender=sender, rules=rules, stat_names=())
+
+    assert len(report(0, 1).returns) == 1  # an opponent's move may end a game whose last step came earlier
+    assert len(report(3, 4).returns) == 4
+    with pytest.raises(ProtocolError) as refused:
+        report(0, 9)
+    assert refused.value.reason == "bad_counter"
+    assert str(refused.value) == ("ROWS field 'episode_returns' is 9, more than 1 (agent_steps 0 plus 1 agent slots: "
+                                  "each slot's episodes but its first end after a step this message counts)")
