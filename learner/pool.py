@@ -18,12 +18,25 @@ Store. ``SnapshotStore`` keeps snapshots under ``runs/<name>/pool/``: the weight
 ``weights/<sha256>.safetensors`` (content-addressed, pickle-free) and ``index.json``, the ordered list of
 snapshots, rewritten atomically (temp file, fsync, rename, fsync of the directory) after each weights file
 is durable, so a crash leaves the old index or the new one and never an index entry without its weights.
+
+Trust. The directory is read as untrusted input, and every read is bounded before it starts: a weights file is
+``os.stat``-ed first and refused unread (one warning naming it) when it is larger than ``max_snapshot_bytes`` (by
+default what one SNAPSHOT reply may carry, ``Limits.max_message_bytes`` less MiB of header room); a file is hashed
+once per (inode, size, mtime_ns) stamp; ``index.json`` is read only when its stamp changed and only up to
+MAX_INDEX_BYTES. A bad index never raises: garbled JSON, a wrong format or an oversized file is one warning and
+the index is rebuilt from the weights files present (oldest mtime first, update and policy_version 0, since the
+files do not record them); entries with wrong types, a bad hash, or naming a missing, oversized or
+different-sized file are skipped with one warning. The rebuilt index lives in memory; the learner's next
+``add`` writes it out. So one pool request does at most: one stat of the index, and when it changed a read of
+at most MAX_INDEX_BYTES plus one stat per entry (GET_OPPONENTS); or one stat, a read of at most
+``max_snapshot_bytes`` and at most one sha256 of it (GET_SNAPSHOT).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import operator
 import os
 import re
@@ -38,10 +51,17 @@ from safetensors.numpy import load as load_safetensors
 from safetensors.numpy import save as save_safetensors
 
 from learner.checkpoint import _fsync
+from protocol import Limits
 
+LOG = logging.getLogger(__name__)
 INDEX_NAME = "index.json"
 WEIGHTS_DIR = "weights"
 INDEX_FORMAT = 1
+MAX_SNAPSHOT_BYTES = Limits().max_message_bytes - (1 << 20)
+"""Largest weights file a store reads by default: a SNAPSHOT reply carries the whole file (1 MiB header room)."""
+MAX_INDEX_BYTES = 16 << 20
+"""Largest index.json a store reads (an entry is ~200 bytes: ~80000 snapshots)."""
+_INT_FIELDS = ("index", "update", "policy_version", "num_bytes")
 _HASH_RE = re.compile(r"[0-9a-f]{64}")
 """A sha256 hex digest; always ``fullmatch`` it (``$`` would let a trailing newline through)."""
 
@@ -146,21 +166,27 @@ class SnapshotStore:
     writes) is harmless and is reused if the same weights are added again.
     """
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, max_snapshot_bytes: int = MAX_SNAPSHOT_BYTES) -> None:
         self.root = Path(root)
         self.weights_dir = self.root / WEIGHTS_DIR
         self.weights_dir.mkdir(parents=True, exist_ok=True)
-        self._snapshots: list[Snapshot] = self._read_index()
+        self.max_snapshot_bytes = max_snapshot_bytes
+        """Largest weights file read (module docstring, "Trust")."""
         self._verified: dict[str, tuple[int, int, int]] = {}
         """Digest -> (inode, size, mtime_ns) of a weights file whose hash was checked: while the file keeps that
         stamp, serving it again reads it but does not hash it again (hashing a 26 MB file took ~20 ms)."""
+        self._warned: set[tuple[object, ...]] = set()
+        """What was already warned about (a path and its stamp): a standalone server re-reads on every request."""
+        self._index_stamp: tuple[int, int, int] | None = None
+        self._snapshots: list[Snapshot] = self._read_index()
 
     def __len__(self) -> int:
         return len(self._snapshots)
 
     def reload(self) -> None:
-        """Read the index again (a standalone pool server follows the learner that appends to it)."""
-        self._snapshots = self._read_index()
+        """Read the index again if it changed (a standalone pool server follows the learner that appends to it)."""
+        if self._stamp(self.root / INDEX_NAME) != self._index_stamp:
+            self._snapshots = self._read_index()
 
     @property
     def snapshots(self) -> tuple[Snapshot, ...]:
@@ -214,9 +240,13 @@ class SnapshotStore:
         try:
             with path.open("rb") as file:
                 stat = os.fstat(file.fileno())
-                data = file.read()
+                if stat.st_size > self.max_snapshot_bytes:
+                    raise self._oversized(path, stat.st_size)
+                data = file.read(self.max_snapshot_bytes + 1)  # bounded even if the file grew since the stat
         except FileNotFoundError:
             raise SnapshotStoreError(f"snapshot weights {path} are missing") from None
+        if len(data) > self.max_snapshot_bytes:
+            raise self._oversized(path, len(data))
         stamp = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
         if self._verified.get(digest) == stamp:
             return data
@@ -234,26 +264,98 @@ class SnapshotStore:
         return load_safetensors(self.read_bytes(digest))
 
     def _is_intact(self, path: Path, digest: str) -> bool:
+        """Whether ``path`` holds the bytes with this sha256 (a file over the size limit is not read: not intact)."""
         try:
+            if path.stat().st_size > self.max_snapshot_bytes:
+                return False
             return hashlib.sha256(path.read_bytes()).hexdigest() == digest
         except FileNotFoundError:
             return False
 
-    def _read_index(self) -> list[Snapshot]:
-        path = self.root / INDEX_NAME
-        if not path.exists():
-            return []
+    def _oversized(self, path: Path, size: int) -> SnapshotStoreError:
+        text = (f"snapshot weights {path} are {size} bytes, more than the {self.max_snapshot_bytes} a snapshot may "
+                f"hold; not read")
+        self._warn_once(("oversized", str(path), size), text)
+        return SnapshotStoreError(text)
+
+    def _warn_once(self, key: tuple[object, ...], text: str) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            LOG.warning("%s", text)
+
+    @staticmethod
+    def _stamp(path: Path) -> tuple[int, int, int] | None:
         try:
-            doc = json.loads(path.read_text())
-            if doc.get("format") != INDEX_FORMAT:
-                raise ValueError(f"format {doc.get('format')!r}, expected {INDEX_FORMAT}")
-            entries = [Snapshot(**entry) for entry in doc["snapshots"]]
-        except (ValueError, KeyError, TypeError, AttributeError) as err:
-            raise SnapshotStoreError(f"pool index {path} is unreadable: {err}") from err
-        for position, entry in enumerate(entries):
-            if entry.index != position or not _HASH_RE.fullmatch(entry.hash):
-                raise SnapshotStoreError(f"pool index {path}: entry {position} is inconsistent: {entry}")
+            stat = path.stat()
+        except FileNotFoundError:
+            return None
+        return stat.st_ino, stat.st_size, stat.st_mtime_ns
+
+    def _read_index(self) -> list[Snapshot]:
+        """The index's entries (module docstring, "Trust": never raises for what the file holds)."""
+        path = self.root / INDEX_NAME
+        self._index_stamp = stamp = self._stamp(path)
+        if stamp is None:
+            return []
+        if stamp[1] > MAX_INDEX_BYTES:
+            return self._rebuilt(stamp, f"pool index {path} is {stamp[1]} bytes, more than {MAX_INDEX_BYTES}")
+        try:
+            doc = json.loads(path.read_bytes()[:MAX_INDEX_BYTES])
+            if not isinstance(doc, dict) or doc.get("format") != INDEX_FORMAT:
+                raise ValueError(f"format {doc.get('format') if isinstance(doc, dict) else None!r}, "
+                                 f"expected {INDEX_FORMAT}")
+            if not isinstance(doc.get("snapshots"), list):
+                raise ValueError("'snapshots' is not a list")
+        except (ValueError, OSError) as err:  # UnicodeDecodeError and json.JSONDecodeError are ValueErrors
+            return self._rebuilt(stamp, f"pool index {path} is unreadable ({str(err)[:200]})")
+        entries, skipped = [], []
+        for position, raw in enumerate(doc["snapshots"]):
+            entry = self._entry(raw, len(entries))
+            if entry is None:
+                skipped.append(position)
+            else:
+                entries.append(entry)
+        if skipped:
+            self._warn_once(("index", stamp), f"pool index {path}: skipped {len(skipped)} bad entries (positions "
+                                              f"{skipped[:10]}{' ...' if len(skipped) > 10 else ''}): wrong types, "
+                                              f"a bad hash, or a weights file missing, oversized or resized")
         return entries
+
+    def _entry(self, raw: object, index: int) -> Snapshot | None:
+        """One index entry as the snapshot at ``index``, or None when it is malformed or its file is not servable."""
+        if not isinstance(raw, dict) or set(raw) != {f for f in Snapshot.__dataclass_fields__}:
+            return None
+        if not all(isinstance(raw[f], int) and not isinstance(raw[f], bool) and raw[f] >= 0 for f in _INT_FIELDS):
+            return None
+        digest, created = raw["hash"], raw["created"]
+        if not isinstance(digest, str) or not _HASH_RE.fullmatch(digest):
+            return None
+        if not isinstance(created, (int, float)) or isinstance(created, bool):
+            return None
+        stamp = self._stamp(self.weights_dir / f"{digest}.safetensors")
+        if stamp is None or stamp[1] != raw["num_bytes"] or stamp[1] > self.max_snapshot_bytes:
+            return None
+        return Snapshot(index=index, hash=digest, update=raw["update"], policy_version=raw["policy_version"],
+                        created=float(created), num_bytes=raw["num_bytes"])
+
+    def _rebuilt(self, stamp: tuple[int, int, int], problem: str) -> list[Snapshot]:
+        """An index of the weights files present, oldest first (update and policy_version unknown: 0)."""
+        files = []
+        try:
+            with os.scandir(self.weights_dir) as found:
+                for item in found:
+                    digest = item.name.removesuffix(".safetensors")
+                    if item.name.endswith(".safetensors") and _HASH_RE.fullmatch(digest) and item.is_file():
+                        stat = item.stat()
+                        if stat.st_size <= self.max_snapshot_bytes:
+                            files.append((stat.st_mtime_ns, digest, stat.st_size))
+        except OSError as err:
+            problem = f"{problem}; listing {self.weights_dir} failed too ({err})"
+        files.sort()
+        self._warn_once(("index", stamp), f"{problem}; rebuilt it from the {len(files)} weights files in "
+                                          f"{self.weights_dir}")
+        return [Snapshot(index=i, hash=digest, update=0, policy_version=0, created=mtime_ns / 1e9, num_bytes=size)
+                for i, (mtime_ns, digest, size) in enumerate(files)]
 
     def _write_index(self, entries: list[Snapshot]) -> None:
         doc = {"format": INDEX_FORMAT, "snapshots": [asdict(entry) for entry in entries]}

@@ -12,6 +12,10 @@ snapshot drawn once (its sha256 and pool index), and the uint16 array ``env_oppo
 position of its opponent in ``digests`` (plus ``alternation`` and ``num_snapshots``). GET_SNAPSHOT {digest}
 answers SNAPSHOT with the snapshot's verified safetensors bytes as the uint8 array ``file``, so the host can check them against the
 digest before parsing them. Nothing is unpickled anywhere.
+
+Requests are answered on the thread that also answers the learner's heartbeats, so each does bounded work: a
+weights file larger than the store's ``max_snapshot_bytes`` is refused unread (ERROR not_found), and a garbled
+index.json is rebuilt rather than raised (learner/pool.py, "Trust", states the bound per request).
 """
 
 from __future__ import annotations
@@ -104,7 +108,7 @@ class PoolService:
             raise ProtocolError("bad_field", f"num_envs must be in [1, {MAX_ENVS_PER_REQUEST}], got {num_envs}")
         section = self.section
         with self.lock:
-            if self.reload_index:
+            if self.reload_index:  # never raises for what index.json holds (learner/pool.py, "Trust")
                 self.store.reload()
             count = len(self.store)
             if count == 0:

@@ -5,17 +5,24 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 import math
+import socket
+import threading
+import time
 from fractions import Fraction
 
 import numpy as np
 import pytest
+import zmq
 
 from configs.loader import ConfigError, load_config
 from configs.schema import SelfPlaySection
 from learner import pool
 from learner.pool import (SnapshotStore, SnapshotStoreError, opponent_probabilities,
                           sample_opponents)
+from learner.pool_server import PoolService, serve
+from protocol import Message, MessageType, decode, encode
 
 CASES = [  # (num_snapshots, pool_size, beta, exploration)
     (5, 10, 0.7, 0.15),   # n < K: geometric only, eps unused
@@ -280,8 +287,7 @@ def test_store_errors(tmp_path):
     with pytest.raises(ValueError, match=">= 0"):
         store.add(weights(0), update=-1, policy_version=0)
     (tmp_path / "index.json").write_text("{not json")
-    with pytest.raises(SnapshotStoreError, match="unreadable"):
-        SnapshotStore(tmp_path)
+    assert len(SnapshotStore(tmp_path)) == 0  # a garbled index is rebuilt from the (no) weights files
 
 
 def test_store_index_write_is_atomic(tmp_path, monkeypatch):
@@ -312,8 +318,7 @@ def test_a_digest_must_be_exactly_64_lowercase_hex_digits(tmp_path, spoil):
     index = json.loads((tmp_path / "index.json").read_text())
     index["snapshots"][0]["hash"] = snap.hash + "\n"
     (tmp_path / "index.json").write_text(json.dumps(index))
-    with pytest.raises(SnapshotStoreError, match="inconsistent"):
-        SnapshotStore(tmp_path)
+    assert len(SnapshotStore(tmp_path)) == 0  # the bad entry is skipped
 
 
 def test_serving_a_snapshot_again_reads_but_does_not_rehash_an_unchanged_file(tmp_path, monkeypatch):
@@ -334,3 +339,93 @@ def test_serving_a_snapshot_again_reads_but_does_not_rehash_an_unchanged_file(tm
     store.add(weights(3), update=2, policy_version=2)  # rewritten (a new file): checked again when served
     before = len(hashed)
     assert store.read_bytes(snap.hash) == first and len(hashed) == before + 1
+
+
+def test_a_huge_sparse_weights_file_is_refused_unread_and_fast(tmp_path, caplog, monkeypatch):
+    store = SnapshotStore(tmp_path)
+    digest = "ab" * 32
+    path = store.path_of(digest)
+    with path.open("wb") as file:
+        file.truncate(5 * 2 ** 30)  # sparse: no disk used
+    reads = []
+    monkeypatch.setattr(pool.hashlib, "sha256", lambda data=b"": reads.append(len(data)))
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="learner.pool"):
+        for _ in range(3):
+            with pytest.raises(SnapshotStoreError, match="not read"):
+                store.read_bytes(digest)
+    assert time.monotonic() - started < 2.0 and reads == []
+    expected = (f"snapshot weights {path} are {5 * 2 ** 30} bytes, more than the {pool.MAX_SNAPSHOT_BYTES} a snapshot "
+                f"may hold; not read")
+    assert [r.getMessage() for r in caplog.records] == [expected]  # once, not per request
+    assert not store._is_intact(path, digest)
+
+
+def test_a_garbled_index_is_a_warning_and_is_rebuilt_from_the_weights_files(tmp_path, caplog):
+    store = SnapshotStore(tmp_path)
+    first = store.add(weights(0), update=5, policy_version=5)
+    time.sleep(0.01)
+    second = store.add(weights(1), update=10, policy_version=10)
+    (tmp_path / "index.json").write_bytes(b"\xff{garbled")
+    with caplog.at_level(logging.WARNING, logger="learner.pool"):
+        rebuilt = SnapshotStore(tmp_path)
+    assert [s.hash for s in rebuilt.snapshots] == [first.hash, second.hash]  # oldest file first
+    assert [(s.index, s.update) for s in rebuilt.snapshots] == [(0, 0), (1, 0)]
+    [record] = caplog.records
+    assert record.getMessage().startswith(f"pool index {tmp_path / 'index.json'} is unreadable (")
+    assert record.getMessage().endswith(f"rebuilt it from the 2 weights files in {tmp_path / 'weights'}")
+    assert_same(rebuilt.load(1), weights(1))
+    rebuilt.add(weights(2), update=20, policy_version=20)  # the learner's next add writes the rebuilt index out
+    assert [s.update for s in SnapshotStore(tmp_path).snapshots] == [0, 0, 20]
+
+
+def test_bad_index_entries_are_skipped_with_one_warning(tmp_path, caplog):
+    store = SnapshotStore(tmp_path)
+    snaps = [store.add(weights(i), update=i, policy_version=i) for i in range(4)]
+    index = json.loads((tmp_path / "index.json").read_text())
+    index["snapshots"][0]["update"] = "ten"  # wrong type
+    index["snapshots"][2]["hash"] = "cd" * 32  # names a missing file
+    index["snapshots"].append(["not", "an", "entry"])
+    (tmp_path / "index.json").write_text(json.dumps(index))
+    with caplog.at_level(logging.WARNING, logger="learner.pool"):
+        kept = SnapshotStore(tmp_path)
+        kept.reload()  # unchanged index: not read again, not warned again
+    assert [(s.index, s.hash) for s in kept.snapshots] == [(0, snaps[1].hash), (1, snaps[3].hash)]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"pool index {tmp_path / 'index.json'}: skipped 3 bad entries (positions [0, 2, 4]): wrong types, a bad "
+        f"hash, or a weights file missing, oversized or resized"]
+
+
+def test_the_standalone_server_keeps_answering_with_a_garbled_index(tmp_path):
+    store = SnapshotStore(tmp_path)
+    snap = store.add(weights(0), update=1, policy_version=1)
+    service = PoolService(SnapshotStore(tmp_path), SelfPlaySection(enabled=True), seed=0, reload_index=True)
+    with socket.socket() as probe:  # serve() binds its own context's socket: a free loopback port
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    stop, endpoint = threading.Event(), f"tcp://127.0.0.1:{port}"
+    server = threading.Thread(target=serve, args=(service, endpoint, stop), daemon=True)
+    context = zmq.Context()
+    server.start()
+    client = context.socket(zmq.DEALER)
+    client.setsockopt(zmq.LINGER, 0)
+    client.setsockopt(zmq.RCVTIMEO, 5000)
+    try:
+        time.sleep(0.2)
+        client.connect(endpoint)
+
+        def ask(message_type: MessageType, fields: dict) -> Message:
+            client.send_multipart(encode(Message(type=message_type, sender="test", fields=fields)))
+            return decode(client.recv_multipart(copy=False))
+
+        for garbage in (b"{not json", b"[1, 2]", b'{"format": 1, "snapshots": {"a": 1}}'):
+            (tmp_path / "index.json").write_bytes(garbage)
+            reply = ask(MessageType.GET_OPPONENTS, {"num_envs": 4})
+            assert reply.type is MessageType.OPPONENTS and reply.fields["digests"] == [snap.hash]
+        assert ask(MessageType.GET_SNAPSHOT, {"digest": snap.hash}).type is MessageType.SNAPSHOT
+        assert server.is_alive()
+    finally:
+        stop.set()
+        server.join(timeout=5)
+        client.close()
+        context.term()

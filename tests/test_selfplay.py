@@ -203,6 +203,9 @@ def test_the_largest_opponents_reply_reaches_a_pool_client(tmp_path):
     entries = [{"index": i, "hash": hashlib.sha256(str(i).encode()).hexdigest(), "update": i, "policy_version": i,
                 "created": 0.0, "num_bytes": 1} for i in range(count)]
     (tmp_path / "index.json").write_text(json.dumps({"format": 1, "snapshots": entries}))
+    (tmp_path / "weights").mkdir()
+    for entry in entries:  # the store skips entries whose weights file is missing
+        (tmp_path / "weights" / f"{entry['hash']}.safetensors").write_bytes(b"x")
     service = PoolService(SnapshotStore(tmp_path), SelfPlaySection(enabled=True, opponent_pool_exploration=1.0),
                           seed=0)
     port, stop = free_port_triple(), threading.Event()
