@@ -21,7 +21,7 @@ import zmq
 from actors.alternation import OpponentAlternation
 from actors.env_failures import EnvErrorReport
 from actors.host_metrics import HostMetrics, HostView
-from actors.learner_link import LearnerLink, Registration, read_data_endpoints
+from actors.learner_link import WAITING_NOTICE_S, LearnerLink, Registration, read_data_endpoints
 from actors.rows_report import RowsReport
 from actors.stepper import GroupStepper
 from actors.stop_flag import StopFlag
@@ -153,7 +153,7 @@ class ActorHost:
         if error is not None and error != self.state.env_error_sent:
             fields["env_error"] = error.fields()
             self.state.env_error_sent = error
-        self.link.send_control(MessageType.HEARTBEAT, fields)
+        self.link.send_heartbeat(fields)
         self.state.last_heartbeat = now
 
     def _read_control_replies(self, now: float) -> None:
@@ -163,9 +163,15 @@ class ActorHost:
             self.metrics.learner_answered()
             if reply.type is MessageType.SHUTDOWN:
                 self.stop.request(f"learner: {reply.fields['reason']}")
+            elif reply.type is MessageType.REGISTERED:  # answers a REGISTER queued while the learner was away
+                if not self.link.adopt_late_registration(reply, self.state.run_id):
+                    self.state.last_reply = 0.0
+            elif reply.type is MessageType.ERROR and (reply.fields.get("refused") == MessageType.REGISTER.value
+                                                      or self.link.refuses_an_earlier_registration(reply)):
+                LOG.debug("learner refused a message sent before this registration: %s", reply.fields["message"])
             elif reply.type is MessageType.ERROR:
                 LOG.warning("learner error: %s", reply.fields["message"])
-                if reply.fields.get("reason") == "not_registered":  # a restarted learner: register now
+                if reply.fields.get("reason") == "not_registered":  # forgotten, or a restarted learner: register now
                     self.state.last_reply = 0.0
             elif (reply.type is MessageType.HEARTBEAT_ACK
                   and reply.fields.get("run_id", self.state.run_id) != self.state.run_id):
@@ -192,8 +198,10 @@ class ActorHost:
 
     def _register_again(self) -> Registration | None:
         """The learner went silent or restarted: register again (None: told to stop first)."""
-        print("actors: learner silent; waiting to register again", flush=True)
-        registration = self.link.register(retry_s=1.0, should_stop=self.stop.is_set)
+        silent_s = time.monotonic() - self.state.last_reply if self.state.last_reply else 0.0
+        why = f"silent for {silent_s:.0f} s (paused, cut off or stopped)" if silent_s else "does not know this host"
+        print(f"actors: the learner {why}; registering again", flush=True)
+        registration = self.link.register(retry_s=1.0, should_stop=self.stop.is_set, first_notice_s=WAITING_NOTICE_S)
         if registration is not None:
             self.metrics.registered()
         return registration

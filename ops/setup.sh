@@ -11,10 +11,11 @@ if ! .venv/bin/python -c "import torch" >/dev/null 2>&1; then
   .venv/bin/pip install --quiet torch==2.13.0
 fi
 .venv/bin/pip install --quiet -e ".[test]"
-# System tools the tests use for real (the two-host test captures traffic between network namespaces).
+# System tools the tests use for real (the two-host test captures traffic between network namespaces, the
+# partition test cuts the link between them with nftables).
 # As root (CI), a missing one is installed from Debian's packages; otherwise the test that needs it says so.
 missing=()
-for tool in tcpdump:tcpdump ip:iproute2 promtool:prometheus; do
+for tool in tcpdump:tcpdump ip:iproute2 nft:nftables promtool:prometheus; do
   command -v "${tool%%:*}" >/dev/null 2>&1 || missing+=("${tool##*:}")
 done
 if [ ${#missing[@]} -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

@@ -107,21 +107,26 @@ REQUIRED_FIELDS: dict[MessageType, dict[str, type]] = {
 #: Fields in neither table are passed through unchecked (beyond being
 #: msgpack-native) so that additive changes stay compatible.
 OPTIONAL_FIELDS: dict[MessageType, dict[str, type]] = {
-    MessageType.REGISTER: {"metrics_address": str},
+    MessageType.REGISTER: {"metrics_address": str, "session": str},
     MessageType.REGISTERED: {"token": str, "data_endpoints": list},
-    MessageType.HEARTBEAT: {"env_error": dict},
+    MessageType.HEARTBEAT: {"env_error": dict, "token": str},
     MessageType.HEARTBEAT_ACK: {"run_id": str, "data_endpoints": list},
     MessageType.ROWS: {"episode_stats": dict, "env_restarts": int, "host_stats": dict, "token": str},
     MessageType.BYE: {"reason": str},
-    MessageType.ERROR: {"refused": str},
+    MessageType.ERROR: {"refused": str, "refused_seq": int},
 }
 """``REGISTERED.token``: a secret the learner hands one registration; the host sends it back in every ROWS
-message, and the learner drops rows whose token no registered host holds. ``data_endpoints`` (REGISTERED,
+message, and the learner drops rows whose token no registered host holds. ``REGISTER.session``: a random name the
+host picks once for its connection; a REGISTER from the same identity and session while that registration is
+current gets the same token again (REGISTERs that queued up during a pause or partition are answered alike, so no
+reply is stale). ``HEARTBEAT.token``: the token the host sends rows with; one the learner no longer holds for that
+identity is refused as ``not_registered``, and the host registers again. ``data_endpoints`` (REGISTERED,
 HEARTBEAT_ACK): with several learner ranks, the data sockets this host pushes rows to (``tcp://*:PORT`` meaning the
 learner's own address); a host without the field pushes to ``data_endpoint``. ``BYE.reason``: why a host leaves
 when it is not a clean stop (e.g. a worker that crashes in a loop); absent for a normal goodbye.
 ``ERROR.refused``: the type of the message the error answers, when the learner could decode it (a host registering
-again reads a late refusal of its last heartbeat as that, not as a refusal of its REGISTER)."""
+again reads a late refusal of its last heartbeat as that, not as a refusal of its REGISTER); ``ERROR.refused_seq``:
+that message's ``seq`` (a host ignores refusals of heartbeats it sent before its current registration)."""
 
 
 def _type_ok(value: Any, expected: type) -> bool:

@@ -16,6 +16,7 @@ from pathlib import Path
 from tests.processes import REPO
 
 IP = shutil.which("ip") or "/usr/sbin/ip"
+NFT = shutil.which("nft") or "/usr/sbin/nft"
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -74,6 +75,21 @@ class NamespacePair:
         _ip("netns", "exec", self.host_ns, "tc", "qdisc", "add", "dev", self.host_dev, "root", "tbf", "rate", "8mbit",
             "burst", "32kbit", "latency", "200ms")
         return "tbf rate 8mbit (this kernel has no netem)"
+
+    def partition(self) -> None:
+        """Cut the link both ways without closing anything: nftables drops every packet the host namespace sends to
+        or gets from the learner's address (open TCP connections stay open and retransmit, as in a real partition)."""
+        rules = (f"table inet sluice_partition {{\n"
+                 f"  chain out {{\n    type filter hook output priority 0; policy accept;\n"
+                 f"    ip daddr {self.learner_ip} drop\n  }}\n"
+                 f"  chain in {{\n    type filter hook input priority 0; policy accept;\n"
+                 f"    ip saddr {self.learner_ip} drop\n  }}\n}}\n")
+        subprocess.run([IP, "netns", "exec", self.host_ns, NFT, "-f", "-"], input=rules, text=True, check=True,
+                       capture_output=True)
+
+    def heal(self) -> None:
+        """Undo ``partition``."""
+        _ip("netns", "exec", self.host_ns, NFT, "delete", "table", "inet", "sluice_partition", check=False)
 
     def remove(self) -> None:
         """Delete both namespaces (their veth ends go with them); idempotent."""

@@ -291,7 +291,10 @@ def test_the_learner_link_sends_its_token_with_rows_and_says_why_it_left() -> No
         with control_server(registration=registration) as served:
             link = LearnerLink(parse_endpoint(served.address), num_workers=1, limits=Limits())
             first = link.register(retry_s=1.0, should_stop=lambda: False)
-            second = link.register(retry_s=1.0, should_stop=lambda: False)  # registering again: a new token
+            again = link.register(retry_s=1.0, should_stop=lambda: False)  # the same session: the same token
+            assert again.token == first.token
+            link.session = "another connection"
+            second = link.register(retry_s=1.0, should_stop=lambda: False)  # a new session: a new token
             assert first.token != second.token == link.token
             assert served.registry.get(first.token) is None and served.registry.get(link.token) is not None
             link.open_streams(second, hwm=4, buffer_bytes=1 << 16)
@@ -305,3 +308,47 @@ def test_the_learner_link_sends_its_token_with_rows_and_says_why_it_left() -> No
             assert served.registry.get(second.token) is None
     finally:
         context.destroy(linger=0)
+
+
+def test_a_repeated_register_of_one_session_gets_the_same_token_and_a_flood_of_them_no_refusal() -> None:
+    """REGISTERs queued while the learner was paused are answered alike: no answer carries a token that the next
+    one revokes, and those beyond the rate limit are dropped without an ERROR the host could read as a refusal."""
+    with control_server() as served:
+        host = served.host()
+        fields = {"host": "h", "num_workers": 2, "session": "s1"}
+        for _ in range(12):
+            send(host, MessageType.REGISTER, fields)
+        replies = []
+        while host.poll(1000):
+            replies.append(decode(host.recv_multipart()))
+        assert {reply.type for reply in replies} == {MessageType.REGISTERED}
+        assert 1 <= len(replies) < 12 and len({reply.fields["token"] for reply in replies}) == 1
+        assert served.registry.get(replies[0].fields["token"]) is not None and len(served.registry) == 1
+        assert served.server.counts().registrations == 1
+        other = ask(host, MessageType.REGISTER, {**fields, "session": "s2"})  # a new session: a new token
+        assert other.type is MessageType.REGISTERED and other.fields["token"] != replies[0].fields["token"]
+        assert served.registry.get(replies[0].fields["token"]) is None and len(served.registry) == 1
+
+
+def test_a_heartbeat_with_a_token_the_learner_no_longer_holds_is_refused_naming_its_seq() -> None:
+    with control_server() as served:
+        host = served.host()
+        token = register(host).fields["token"]
+        assert ask(host, MessageType.HEARTBEAT, {"token": token}).type is MessageType.HEARTBEAT_ACK
+        host.send_multipart(encode(Message(type=MessageType.HEARTBEAT, sender="test", seq=41,
+                                           fields={"token": "0" * 32})))
+        assert host.poll(5000)
+        reply = decode(host.recv_multipart())
+        assert reply.type is MessageType.ERROR and reply.fields["reason"] == "not_registered"
+        assert reply.fields["refused"] == "heartbeat" and reply.fields["refused_seq"] == 41
+        assert "no longer its registration's" in reply.fields["message"]
+
+
+def test_a_paused_learner_does_not_count_its_own_pause_as_its_hosts_silence() -> None:
+    now = [100.0]
+    with control_server(peer_timeout_s=5.0, clock=lambda: now[0]) as served:
+        register(served.host())
+        assert wait_for(lambda: served.server.counts().actor_hosts == 1, 5)
+        now[0] += 30.0  # one turn of the loop 30 s after the last: this process was frozen, not its hosts
+        assert not wait_for(lambda: served.server.counts().actor_hosts_lost > 0, 1.0)
+        assert served.server.counts().actor_hosts == 1
