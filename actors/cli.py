@@ -44,6 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
                           help="this host's NAME.key_secret (its NAME.key must be in the learner's allowed clients)")
     security.add_argument("--insecure", action="store_true",
                           help="talk to a learner beyond loopback without CURVE (it must run with --insecure too)")
+    security.add_argument("--strict-keys", action="store_true",
+                          help="refuse to start when --curve-client-key can be read by group or others "
+                               "(default: a warning; chmod 600 it)")
     add_metrics_options(parser, port_default=0, port_help="port of this host's /metrics (default 0: a free port; "
                                                           "the learner hands it to Prometheus)")
     parser.add_argument("--null-policy", action="store_true",
@@ -77,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
             if server is not None:
                 curve = client_curve_for(server, server_key=args.curve_server_key, client_key=args.curve_client_key,
                                          insecure=args.insecure, who="--learner" if server is endpoint else "--pool",
-                                         key_options=KEY_OPTIONS)
+                                         key_options=KEY_OPTIONS, strict_keys=args.strict_keys)
     except ValueError as err:  # CurveKeyError and InsecureEndpointError
         return _fail(str(err))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import secrets
 import socket
 import time
 from dataclasses import dataclass
@@ -24,6 +25,16 @@ from protocol.endpoints import Endpoint, parse_endpoint
 LOG = logging.getLogger("sluice.actors.link")
 WAITING_NOTICE_S = 5.0
 """Seconds between the lines that say the host is still waiting for the learner."""
+HANDSHAKE_EVENTS = (zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+                    | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_SUCCEEDED)
+"""The control socket's monitor events under CURVE: how each handshake with the learner ended."""
+HANDSHAKE_FAILURES_TO_STOP = 3
+"""Failed CURVE handshakes in a row, each after the TCP connection was made, that stop the host: a learner that
+cannot decrypt the host's HELLO (the wrong server key) drops the connection, which the host sees as a failure
+without detail; one such failure alone may be a learner that stopped mid-handshake."""
+REGISTER_RETRY_MAX_S = 4.0
+"""Longest wait between two REGISTERs to a learner that does not answer (the wait doubles from ``retry_s``), so a
+learner frozen for minutes finds a few queued REGISTERs, not hundreds."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -115,14 +126,20 @@ class LearnerLink:
         self.weights: zmq.Socket | None = None
         self.seq = 0
         self.name = f"{socket.gethostname()}:{id(self) & 0xFFFF:04x}"
+        self.session = secrets.token_hex(8)
+        """Sent with every REGISTER: the learner answers REGISTERs of one session with one token (idempotent)."""
         self.token: str | None = None
         """The current registration's token (each registration replaces it)."""
+        self.registered_at_seq = 0
+        """The ``seq`` of the last control message sent before the current registration's answer came."""
         self.data_routes: tuple[str, ...] = ()
         """The learner ranks' data endpoints the data socket is connected to, as announced (() : one learner)."""
 
     def _control_socket(self) -> zmq.Socket:
         sock = self.context.socket(zmq.DEALER)
-        self.refusals = None if self.curve is None else sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_FAILED_AUTH)
+        self.refusals = None if self.curve is None else sock.get_monitor_socket(HANDSHAKE_EVENTS)
+        self.failed_handshakes = 0
+        """CURVE handshakes with the learner that failed since the last one that succeeded."""
         self._secure(sock)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.IMMEDIATE, 1)
@@ -135,24 +152,37 @@ class LearnerLink:
             self.curve.apply(sock)
 
     def _check_not_refused(self) -> None:
-        """CURVE: a learner that refused this host's key is an error that says which key and what to do."""
-        if self.refusals is None or not self.refusals.poll(0):
-            return
-        event = recv_monitor_message(self.refusals)
-        if event["event"] == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
-            key = self.curve.public.decode("ascii") if self.curve is not None else ""
-            raise LearnerRefused(f"the learner at {self.learner.url} refused this host's CURVE key {key}: copy this "
-                                 f"host's public .key file into the learner's allowed clients directory "
-                                 f"(--curve-allowed-clients)")
+        """CURVE: a learner that refused this host's key, that runs without CURVE, or whose handshakes keep failing
+        (the wrong server key) is an error that says what to do."""
+        while self.refusals is not None and self.curve is not None and self.refusals.poll(0):
+            event = recv_monitor_message(self.refusals)
+            if event["event"] == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                self.failed_handshakes = 0
+            elif event["event"] == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+                raise LearnerRefused(f"the learner at {self.learner.url} refused this host's CURVE key "
+                                     f"{self.curve.public.decode('ascii')}: copy this host's public .key file into "
+                                     f"the learner's allowed clients directory (--curve-allowed-clients)")
+            elif (event["event"] == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+                  and event["value"] == zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH):
+                raise LearnerRefused(f"the learner at {self.learner.url} does not use CURVE: start it with "
+                                     f"--curve-secret-key and --curve-allowed-clients, or run this host without "
+                                     f"--curve-server-key and --curve-client-key")
+            else:
+                self.failed_handshakes += 1
+        if self.curve is not None and self.failed_handshakes >= HANDSHAKE_FAILURES_TO_STOP:
+            raise LearnerRefused(f"the learner at {self.learner.url} refused the handshake: wrong server key? "
+                                 f"--curve-server-key must be the learner's server.key (the one given holds "
+                                 f"{self.curve.server_public.decode('ascii')})")
 
-    def send_control(self, type_: MessageType, fields: dict[str, Any] | None = None) -> None:
-        """Send a control message; silently skipped while no learner is connected."""
+    def send_control(self, type_: MessageType, fields: dict[str, Any] | None = None) -> bool:
+        """Send a control message; silently skipped while no learner is connected. Returns whether it was queued."""
         self.seq += 1
         message = Message(type=type_, sender=self.name, seq=self.seq, fields=fields or {})
         try:
             self.control.send_multipart(encode(message), flags=zmq.NOBLOCK)
         except zmq.Again:
-            pass
+            return False
+        return True
 
     def recv_control(self) -> Message | None:
         """One pending control reply, or None; malformed replies are logged and skipped."""
@@ -165,17 +195,18 @@ class LearnerLink:
             LOG.warning("bad control reply from learner: %s", err)
             return None
 
-    def register(self, *, retry_s: float, should_stop) -> Registration | None:
+    def register(self, *, retry_s: float, should_stop, first_notice_s: float = 0.0) -> Registration | None:
         """Register, retrying until the learner answers; None if ``should_stop()`` becomes true first.
 
         While no learner answers, a line says every ``WAITING_NOTICE_S`` where the host waits, for how long,
         and what to check, so a wrong address or port is never a silent wait."""
-        tried = False
+        wait_s = 0.2
+        late_refusals = 0
         started = time.monotonic()
-        next_notice = started
+        next_notice = started + first_notice_s
         while not should_stop():
-            self.send_control(MessageType.REGISTER, self._register_fields())
-            deadline = time.monotonic() + (retry_s if tried else 0.2)
+            queued = self.send_control(MessageType.REGISTER, self._register_fields())
+            deadline = time.monotonic() + wait_s
             while time.monotonic() < deadline and not should_stop():
                 if not self.control.poll(100):
                     continue
@@ -187,12 +218,16 @@ class LearnerLink:
                 if reply.type is MessageType.SHUTDOWN:
                     return None
                 if reply.type is MessageType.ERROR and refuses_register(reply):
-                    raise RuntimeError(f"learner refused registration: {reply.fields['message']}")
-                if reply.type is MessageType.ERROR:  # a late answer to a message sent before this REGISTER
+                    raise LearnerRefused(f"learner refused registration: {reply.fields['message']}")
+                if reply.type is MessageType.ERROR and not late_refusals:  # answers a message sent before
                     LOG.info("while registering, the learner refused an earlier %s: %s",
                              reply.fields.get("refused", "message"), reply.fields["message"])
+                late_refusals += reply.type is MessageType.ERROR
             self._check_not_refused()
-            tried = True
+            if queued:  # connected, yet no answer: a paused or cut-off learner; ask less often
+                wait_s = retry_s if wait_s < retry_s else min(2 * wait_s, max(retry_s, REGISTER_RETRY_MAX_S))
+            else:  # nothing queued (no connection yet): keep asking at the usual pace
+                wait_s = retry_s
             now = time.monotonic()
             if now >= next_notice and not should_stop():
                 print(waiting_notice(self.learner, waited_s=now - started, curve=self.curve is not None), flush=True)
@@ -201,16 +236,39 @@ class LearnerLink:
 
     def _register_fields(self) -> dict[str, Any]:
         """The REGISTER message's fields."""
-        fields: dict[str, Any] = {"host": self.name, "num_workers": self.num_workers}
+        fields: dict[str, Any] = {"host": self.name, "num_workers": self.num_workers, "session": self.session}
         if self.metrics_address is not None:
             fields["metrics_address"] = self.metrics_address
         return fields
+
+    def send_heartbeat(self, fields: dict[str, Any]) -> None:
+        """A HEARTBEAT with the token rows go out with, so a learner that no longer holds it says so."""
+        self.send_control(MessageType.HEARTBEAT, fields if self.token is None else {**fields, "token": self.token})
+
+    def refuses_an_earlier_registration(self, error: Message) -> bool:
+        """Whether an ERROR refuses a message sent before this host's current registration (a heartbeat queued
+        while the learner was paused): it says nothing about the registration now."""
+        refused_seq = error.fields.get("refused_seq")
+        return refused_seq is not None and refused_seq <= self.registered_at_seq
+
+    def adopt_late_registration(self, reply: Message, run_id: str) -> bool:
+        """A REGISTERED that answers an earlier REGISTER of this session (queued during a pause): its token is the
+        learner's current one for this host, so rows go out with it. Returns False for a reply of another learner
+        run (the caller registers again)."""
+        if reply.fields.get("run_id") != run_id:
+            return False
+        token = reply.fields.get("token")
+        if token is not None and token != self.token:
+            LOG.info("a late registration reply replaced this host's token")
+            self.token = token
+        return True
 
     def _registration(self, reply: Message) -> Registration:
         fields = reply.fields
         data_port = parse_endpoint(fields["data_endpoint"], "data endpoint").port
         weights_port = parse_endpoint(fields["weights_endpoint"], "weights endpoint").port
         self.token = fields.get("token")
+        self.registered_at_seq = self.seq
         return Registration(config=fields["config"], run_id=fields["run_id"], version=reply.version,
                             weights={k: np.array(v) for k, v in reply.arrays.items()},
                             data_port=data_port, weights_port=weights_port, token=self.token,

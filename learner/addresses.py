@@ -54,12 +54,13 @@ def metrics_port(network: NetworkSection) -> int:
     return network.port + 3 if network.metrics_port is None else network.metrics_port
 
 
-def learner_curve(network: NetworkSection, *, insecure: bool) -> ServerCurve | None:
+def learner_curve(network: NetworkSection, *, insecure: bool, strict_keys: bool = False) -> ServerCurve | None:
     """The learner's CURVE settings under the bind rule (protocol/bind_rule.py): None means plaintext, which is
-    allowed on loopback and with ``insecure``; beyond loopback without keys it is an InsecureEndpointError."""
+    allowed on loopback and with ``insecure``; beyond loopback without keys it is an InsecureEndpointError.
+    ``strict_keys``: a server secret key file open to group or others is a CurveKeyError, not a warning."""
     return server_curve_for(learner_addresses(network).control, secret_key=network.curve_secret_key,
                             allowed_clients=network.curve_allowed_clients, insecure=insecure, who="the learner",
-                            key_options=LEARNER_KEY_OPTIONS)
+                            key_options=LEARNER_KEY_OPTIONS, strict_keys=strict_keys)
 
 
 @contextmanager

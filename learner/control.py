@@ -29,7 +29,7 @@ from learner.pool_server import POOL_REQUESTS, PoolService
 from learner.request_rate import PeerRateLimiter, RateLimit, TokenBucket
 from learner.senders import Sender, SenderRegistry, new_token
 from protocol import Limits, Message, MessageType, ProtocolError, decode, encode
-from protocol.curve import ServerCurve
+from protocol.curve import ServerCurve, ZapGuard
 from protocol.reject_log import DETAIL_CHARS, RejectLog
 from telemetry.exporter import WILDCARD_HOSTS, is_loopback, url_host
 
@@ -45,6 +45,8 @@ MAX_HOSTS = 4096
 """Actor hosts registered at once, at most; beyond, REGISTER is answered with ERROR too_many_hosts."""
 WEIGHT_REQUESTS = RateLimit(per_second=2.0, burst=5)
 """How often one identity may REGISTER or GET_WEIGHTS (each answer carries the whole model)."""
+OWN_PAUSE_S = 2.0
+"""A gap this long between two turns of the control loop (normally POLL_MS apart) is this process being paused."""
 EXPIRE_EVERY_S = 0.25
 """How often the registered hosts are checked for silence."""
 TARGET_HOST = re.compile(r"[A-Za-z0-9._:-]{1,253}|\*|")
@@ -123,6 +125,16 @@ class RegisteredHost:
     """Monotonic time of its last message."""
     metrics_address: str | None = None
     """Where Prometheus scrapes it (host:port; None: it reported none, or one Prometheus cannot reach)."""
+    session: str | None = None
+    """The session name its REGISTER carried (a repeat REGISTER of the same session gets the same token)."""
+    curve_key: str | None = None
+    """The z85 CURVE key its registration arrived under (None without CURVE)."""
+
+    def repeats(self, *, session: Any, curve_key: str | None, num_workers: int) -> bool:
+        """Whether a REGISTER with these values is this registration asked for again (queued during a pause or a
+        partition, or resent while its answer was on the way): same session, key and size."""
+        return (self.session is not None and session == self.session and curve_key == self.curve_key
+                and num_workers == self.num_workers)
 
 
 class ControlServer(threading.Thread):
@@ -133,11 +145,13 @@ class ControlServer(threading.Thread):
                  sizing: HostSizing, pool: PoolService | None = None, curve: ServerCurve | None = None,
                  max_hosts: int = MAX_HOSTS, weight_requests: RateLimit = WEIGHT_REQUESTS,
                  clock: Callable[[], float] = time.monotonic, announce: Callable[[str], None] | None = None,
-                 routing: HostRouting | None = None) -> None:
+                 routing: HostRouting | None = None, zap: ZapGuard | None = None) -> None:
         """``announce``: where the short lines about hosts joining and leaving go (default: the log); ``routing``:
         with several learner ranks, which ranks' data sockets each host pushes to (REGISTERED and every
-        HEARTBEAT_ACK carry its ``data_endpoints``)."""
+        HEARTBEAT_ACK carry its ``data_endpoints``); ``zap``: with CURVE, the allow-list a REGISTER's key must be
+        in, and whose removed keys drop their registered hosts."""
         super().__init__(name="control", daemon=True)
+        self.zap = zap
         self.routing = routing
         self.announce = announce or LOG.info
         self.pool = pool
@@ -207,13 +221,17 @@ class ControlServer(threading.Thread):
         return [{"targets": [address], "labels": {"host": name}} for name, address in hosts]
 
     def run(self) -> None:
+        last_turn = self.clock()
         try:
             while not self.stop.is_set():
                 if self.socket.poll(POLL_MS):
                     self._serve(self.socket.recv_multipart(copy=False))
                 now = self.clock()
+                self._excuse_own_pause(now - last_turn)
+                last_turn = now
                 if now - self.last_expiry >= EXPIRE_EVERY_S:
                     self._expire(now)
+                    self._drop_revoked()
                     self.last_expiry = now
         finally:
             self.socket.close(linger=0)
@@ -231,6 +249,7 @@ class ControlServer(threading.Thread):
             fields = {"reason": err.reason, "message": str(err)}
             if message is not None:
                 fields["refused"] = message.type.value
+                fields["refused_seq"] = message.seq
             reply = Message(type=MessageType.ERROR, sender="learner", fields=fields)
         if reply is not None:
             self.socket.send_multipart([identity, *encode(reply)], copy=False)
@@ -255,7 +274,10 @@ class ControlServer(threading.Thread):
                                                        "(selfplay.enabled: false)")
             return self.pool.handle(message)
         if message.type is MessageType.REGISTER:
-            self._check_rate(identity, message.type)
+            if not self._is_repeat(known, message, curve_key):
+                self._check_rate(identity, message.type)
+            elif not self.weight_requests.allow(identity):
+                return None  # the same registration asked for again too often: its earlier answers stand
             host = self._register(identity, message, curve_key=curve_key, peer=peer, now=now)
             return Message(type=MessageType.REGISTERED, sender="learner", version=version,
                            fields={**self.registration, "token": host.token, **self._routes(identity)},
@@ -264,6 +286,11 @@ class ControlServer(threading.Thread):
             raise ProtocolError("not_registered", f"{message.type.value} before register: an unregistered "
                                                   "identity may only send register (or pool requests)")
         if message.type is MessageType.HEARTBEAT:
+            token = message.fields.get("token")
+            if token is not None and token != known.token:
+                raise ProtocolError("not_registered", "heartbeat: the token this host sends rows with is no longer "
+                                                      "its registration's (registered again or forgotten); "
+                                                      "register again")
             self._log_env_error(known.name, message.fields.get("env_error"))
             return Message(type=MessageType.HEARTBEAT_ACK, sender="learner", version=version,
                            fields={"run_id": self.registration["run_id"], **self._routes(identity)})
@@ -287,14 +314,28 @@ class ControlServer(threading.Thread):
                                                 f"{limit.burst} times at once and {limit.per_second:g} times a "
                                                 "second after; ask again later")
 
+    def _is_repeat(self, known: RegisteredHost | None, message: Message, curve_key: str | None) -> bool:
+        """Whether a REGISTER asks again for the registration ``known`` holds (see RegisteredHost.repeats)."""
+        num_workers = message.fields["num_workers"]
+        return known is not None and known.repeats(session=message.fields.get("session"), curve_key=curve_key,
+                                                   num_workers=self.sizing.for_workers(num_workers).num_workers)
+
     def _register(self, identity: bytes, message: Message, *, curve_key: str | None, peer: str | None,
                   now: float) -> RegisteredHost:
         """Record a host that registered and hand its registration a new token (an identity that registers again
-        loses its old one)."""
+        loses its old one), or, for a repeat of its current registration, the token it already holds."""
         size = self.sizing.for_workers(message.fields["num_workers"])
+        if curve_key is not None and self.zap is not None and not self.zap.is_allowed(curve_key):
+            raise ProtocolError("key_revoked", f"register: this host's CURVE key {curve_key} is no longer in the "
+                                               "learner's allowed clients directory")
+        with self.lock:
+            known = self.hosts.get(identity)
+        if self._is_repeat(known, message, curve_key):
+            return known
         name = printable(message.fields["host"], HOST_NAME_CHARS)
         host = RegisteredHost(name=name, num_workers=size.num_workers, token=new_token(), last_seen=now,
-                              metrics_address=self._scrape_address(name, message.fields.get("metrics_address"), peer))
+                              metrics_address=self._scrape_address(name, message.fields.get("metrics_address"), peer),
+                              session=message.fields.get("session"), curve_key=curve_key)
         with self.lock:
             previous = self.hosts.get(identity)
             if previous is None and len(self.hosts) >= self.max_hosts:
@@ -352,6 +393,17 @@ class ControlServer(threading.Thread):
         kind, text, where = error
         self._host_line(f"actor host {host}: env error {kind}{f' at {where}' if where else ''}: {text}")
 
+    def _excuse_own_pause(self, paused_s: float) -> None:
+        """A turn of the loop that came OWN_PAUSE_S or more after the last one means this process was frozen (a
+        SIGSTOP, a VM migration, swapping, a long collection): hosts could not be heard meanwhile, so the pause is
+        added to their silence allowance instead of counting them lost."""
+        if paused_s >= OWN_PAUSE_S:
+            with self.lock:
+                for host in self.hosts.values():
+                    host.last_seen += paused_s
+            LOG.warning("learner: the control thread did not run for %.1f s (paused or starved); actor hosts get that "
+                        "time back before they count as silent", paused_s)
+
     def _expire(self, now: float) -> None:
         """Forget the hosts silent for peer_timeout_s (counted as lost); their rows are refused from now on."""
         deadline = now - self.peer_timeout_s
@@ -365,6 +417,22 @@ class ControlServer(threading.Thread):
         for host in gone:
             self.registry.remove(host.token)
             self._host_line(f"actor host {host.name} silent for {self.peer_timeout_s:.0f} s: forgotten")
+
+    def _drop_revoked(self) -> None:
+        """Forget the registered hosts whose CURVE key was removed from the allow-list: their rows are refused from
+        now on, their next heartbeat is answered not_registered, and their REGISTER key_revoked, which stops them."""
+        revoked = set() if self.zap is None else self.zap.take_revoked()
+        if not revoked:
+            return
+        with self.lock:
+            dropped = [identity for identity, host in self.hosts.items() if host.curve_key in revoked]
+            gone = [self.hosts.pop(identity) for identity in dropped]
+        for identity in dropped:
+            if self.routing is not None:
+                self.routing.remove(identity)
+        for host in gone:
+            self.registry.remove(host.token)
+            self._host_line(f"actor host {host.name}: its CURVE key was removed from the allowed clients: dropped")
 
     def _host_line(self, text: str) -> None:
         """A warning about a host, unless HOST_LINES were already logged lately (those left out are counted and

@@ -28,17 +28,18 @@ def _warn_insecure(who: str, endpoint: Endpoint) -> None:
 
 
 def server_curve_for(endpoint: Endpoint, *, secret_key: str, allowed_clients: str, insecure: bool, who: str,
-                     key_options: str) -> ServerCurve | None:
+                     key_options: str, strict_keys: bool = False) -> ServerCurve | None:
     """The CURVE settings a server bound at ``endpoint`` uses (None: plaintext, allowed on loopback or insecure).
 
     ``key_options`` names how the user passes the keys (e.g. ``--curve-secret-key FILE --curve-allowed-clients
     DIR``); errors are CurveKeyError or InsecureEndpointError, both ValueErrors for one line on the console.
+    ``strict_keys``: a secret key file open to group or others is a CurveKeyError, not a warning.
     """
     if bool(secret_key) != bool(allowed_clients):
         raise InsecureEndpointError(f"{who}: CURVE needs both the server secret key and the allowed clients "
                                     f"directory ({key_options})")
     if secret_key:
-        return load_server_curve(secret_key, allowed_clients)
+        return load_server_curve(secret_key, allowed_clients, strict_keys=strict_keys)
     if endpoint.is_loopback:
         return None
     if insecure:
@@ -50,13 +51,14 @@ def server_curve_for(endpoint: Endpoint, *, secret_key: str, allowed_clients: st
 
 
 def client_curve_for(endpoint: Endpoint, *, server_key: str, client_key: str, insecure: bool, who: str,
-                     key_options: str) -> ClientCurve | None:
-    """The CURVE settings a client of ``endpoint`` uses (None: plaintext, allowed on loopback or insecure)."""
+                     key_options: str, strict_keys: bool = False) -> ClientCurve | None:
+    """The CURVE settings a client of ``endpoint`` uses (None: plaintext, allowed on loopback or insecure;
+    ``strict_keys`` as for ``server_curve_for``)."""
     if bool(server_key) != bool(client_key):
         raise InsecureEndpointError(f"{who}: CURVE needs both the server's public key and this host's secret key "
                                     f"({key_options})")
     if server_key:
-        return load_client_curve(server_key, client_key)
+        return load_client_curve(server_key, client_key, strict_keys=strict_keys)
     if endpoint.is_loopback:
         return None
     if insecure:
