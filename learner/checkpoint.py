@@ -6,6 +6,9 @@ algorithm's ``LearnedState``: one ``<name>.safetensors`` per module and, per opt
 ``optimizer.safetensors``, ``optimizer.json`` and, when a KL-penalty reference policy is in use,
 ``reference.safetensors``. It is written into a hidden temporary directory, every file fsynced, then renamed
 into place (rename is atomic), so a crash leaves either the old set or the new one, never half a checkpoint.
+The last file written is ``manifest.json`` (sizes and sha256 of the others); ``load_checkpoint`` checks it, the
+weights' finiteness and the trainer state (learner/checkpoint_integrity.py) and raises ``CheckpointDamaged``.
+A disk error while saving is ``RunFilesError`` (learner/run_files.py), with the temporary directory removed.
 The last ``keep`` are kept.
 """
 
@@ -22,7 +25,12 @@ from typing import Any
 
 import numpy as np
 import torch
-from safetensors.numpy import load_file, save_file
+from safetensors import SafetensorError
+from safetensors.numpy import load, save
+
+from learner.checkpoint_integrity import (CheckpointDamaged, check_finite, checked_trainer_state, read_json,
+                                          verify_manifest, write_manifest)
+from learner.run_files import writing
 
 PREFIX = "update_"
 TRAINER_STATE = "trainer_state"
@@ -74,10 +82,19 @@ class Checkpoint:
 
 
 def save_checkpoint(run_dir: Path, *, learned: LearnedState, state: TrainerState, keep: int) -> Path:
-    """Write a checkpoint atomically and prune old ones; returns its directory."""
+    """Write a checkpoint atomically (manifest last) and prune old ones; returns its directory. A disk error is
+    RunFilesError naming the checkpoint, and leaves no temporary directory behind."""
     root = run_dir / "checkpoints"
-    root.mkdir(parents=True, exist_ok=True)
     final = root / f"{PREFIX}{state.update:08d}"
+    with writing(final):
+        root.mkdir(parents=True, exist_ok=True)
+        _write_into_place(root, final, learned=learned, state=state)
+    for old in list_checkpoints(run_dir)[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def _write_into_place(root: Path, final: Path, *, learned: LearnedState, state: TrainerState) -> None:
     tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root))
     try:
         for name, module_state in learned.modules.items():
@@ -87,6 +104,7 @@ def save_checkpoint(run_dir: Path, *, learned: LearnedState, state: TrainerState
             save_file(tensors, str(tmp / f"{name}.safetensors"))
             (tmp / f"{name}.json").write_text(json.dumps(meta))
         (tmp / f"{TRAINER_STATE}.json").write_text(json.dumps(dataclasses.asdict(state)))
+        write_manifest(tmp)
         for path in tmp.iterdir():
             _fsync(path)
         aside = root / f".old-{final.name}"
@@ -99,9 +117,12 @@ def save_checkpoint(run_dir: Path, *, learned: LearnedState, state: TrainerState
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    for old in list_checkpoints(run_dir)[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
-    return final
+
+
+def save_file(tensors: dict[str, np.ndarray], filename: str) -> None:
+    """One safetensors file, written by Python (so a full disk raises OSError with its errno, not SafetensorError)."""
+    with open(filename, "wb") as file:
+        file.write(save(tensors))
 
 
 def list_checkpoints(run_dir: Path) -> list[Path]:
@@ -117,20 +138,42 @@ def list_checkpoints(run_dir: Path) -> list[Path]:
 
 
 def load_checkpoint(path: Path) -> Checkpoint:
-    """Read a checkpoint: its trainer state, and every module and optimizer file as state dicts.
+    """Read a checkpoint: its trainer state, and every module and optimizer file as state dicts, after checking them
+    (CheckpointDamaged naming the file and the reason: a manifest mismatch, a cut file, NaN/inf weights, bad counters).
 
     A ``<name>.safetensors`` with a ``<name>.json`` beside it is an optimizer's, one without is a module's."""
+    verify_manifest(path)
+    state_file = path / f"{TRAINER_STATE}.json"
+    state = TrainerState(**checked_trainer_state(read_json(state_file), state_file.name))
     modules: dict[str, dict[str, torch.Tensor]] = {}
     optimizers: dict[str, dict[str, Any]] = {}
     for file in sorted(path.glob("*.safetensors")):
-        arrays = load_file(str(file))
+        arrays = _read_tensors(file)
         meta_file = file.with_suffix(".json")
         if meta_file.exists():
-            optimizers[file.stem] = _unflatten_optimizer(arrays, json.loads(meta_file.read_text()))
+            optimizers[file.stem] = _optimizer_state(arrays, read_json(meta_file), meta_file.name)
         else:
             modules[file.stem] = {k: torch.from_numpy(v) for k, v in arrays.items()}
-    state = TrainerState(**json.loads((path / f"{TRAINER_STATE}.json").read_text()))
+    if not modules:
+        raise CheckpointDamaged("*.safetensors", "no module weights in the checkpoint")
     return Checkpoint(trainer_state=state, learned=LearnedState(modules=modules, optimizers=optimizers))
+
+
+def _read_tensors(file: Path) -> dict[str, np.ndarray]:
+    """A safetensors file's arrays, checked to be readable and finite."""
+    try:
+        arrays = load(file.read_bytes())
+    except SafetensorError as err:
+        raise CheckpointDamaged(file.name, f"not a readable safetensors file ({err})") from err
+    check_finite(file.name, arrays)
+    return arrays
+
+
+def _optimizer_state(arrays: dict[str, np.ndarray], meta: Any, file: str) -> dict[str, Any]:
+    try:
+        return _unflatten_optimizer(arrays, meta)
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        raise CheckpointDamaged(file, f"not an optimizer state ({type(err).__name__}: {err})") from err
 
 
 def _arrays(module_state: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:

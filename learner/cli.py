@@ -3,8 +3,10 @@
 Errors are told apart by type. The user's (``USER_ERRORS``: config, batch plan, run directory, addresses, an
 env the config cannot build) print one line, ``python -m learner: error: ...``, and exit 2. Anything else
 propagates with its traceback: a bug in the learner, or ``EnvRaised`` (the user's env raised while its spec
-was read; the traceback from the child process that built it is the exception's cause). A run a stop rule
-finished exits 0, one a signal stopped 128 + the signal (``EXIT_CODES_HELP``).
+was read; the traceback from the child process that built it is the exception's cause). A run whose files
+cannot be written (``RunFilesError``: a full disk, a read-only run directory) and a --resume without an intact
+checkpoint (``NoIntactCheckpoint``) print one line and exit 1. A run a stop rule finished exits 0, one a signal
+stopped 128 + the signal (``EXIT_CODES_HELP``).
 """
 
 from __future__ import annotations
@@ -30,16 +32,21 @@ from configs.schema import RunConfig
 from protocol.curve import ServerCurve
 from protocol.bind_rule import InsecureEndpointError
 from protocol.curve import CurveKeyError
+from learner.resume_point import NoIntactCheckpoint, ResumePoint, pick_checkpoint
 from learner.run_dir import RunDirError, check_resumable, fresh_run_dir, resume_config, schedule_jump_warning
+from learner.run_files import RunFilesError, check_writable
 
 USER_ERRORS = (ConfigError, PlanError, RunDirError, AddressError, EnvConfigError, CurveKeyError,
                InsecureEndpointError)
 """What the user asked for cannot be done as asked: one line and exit 2, no traceback."""
+RUN_FAILURES = (RunFilesError, NoIntactCheckpoint)
+"""The run cannot go on (its files cannot be written, no checkpoint is intact): one line and exit 1."""
 
 
 EXIT_CODES_HELP = """exit codes:
   0    the run finished: a stop rule (trainer.total_timesteps, trainer.target_episode_return) ended it
-  1    a bug in the learner, or the env raised (with its traceback)
+  1    a bug in the learner, or the env raised (with its traceback); or, in one line: the run directory cannot
+       be written (a full disk, read-only), or --resume finds no intact checkpoint
   2    a usage error (config, run directory, addresses, env config): one line on stderr
   130  stopped by SIGINT (Ctrl-C), 143 stopped by SIGTERM: after the same clean shutdown and final checkpoint;
        continue with --resume --run-dir DIR"""
@@ -64,7 +71,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="with --plan: add one rank's share of the batch for K data-parallel learner ranks "
                              "(default: torchrun's WORLD_SIZE, else 1)")
     parser.add_argument("--run-dir", type=Path, default=None, help="run directory (default: runs/<name>-<time>)")
-    parser.add_argument("--resume", action="store_true", help="continue the run in --run-dir from its last checkpoint")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the run in --run-dir from its newest intact checkpoint")
+    parser.add_argument("--checkpoint", type=int, default=None, metavar="N",
+                        help="with --resume: continue from the checkpoint of update N (newer ones are moved aside)")
     progress = parser.add_mutually_exclusive_group()
     progress.add_argument("--quiet", action="store_true",
                           help="no progress line (host join/leave and dropped-rows lines still print)")
@@ -79,6 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
     security.add_argument("--insecure", action="store_true",
                           help="allow binding beyond loopback without CURVE: no encryption, no authentication "
                                "(warns on every start)")
+    security.add_argument("--strict-keys", action="store_true",
+                          help="refuse to start when the secret key file can be read by group or others "
+                               "(default: a warning; chmod 600 it)")
     pool = parser.add_argument_group("self-play opponent pool (seeds/002; shorthands for --set selfplay.KEY=VALUE)")
     pool.add_argument("--per-env-opponent-sampling", action="store_true",
                       help="self-play with every env drawing its own opponent (selfplay.enabled and "
@@ -133,6 +146,9 @@ def main(argv: list[str] | None = None) -> int:
         return _fail("--ranks only goes with --plan (a training run takes its ranks from torchrun --nproc-per-node)")
     if args.ranks is not None and args.ranks < 1:
         return _fail(f"--ranks must be >= 1, got {args.ranks}")
+    if args.checkpoint is not None and not args.resume:
+        return _fail("--checkpoint only goes with --resume")
+    point: ResumePoint | None = None
     try:
         if args.resume:
             if args.config is not None:
@@ -154,17 +170,21 @@ def main(argv: list[str] | None = None) -> int:
                 rows.update(rank_plan_rows(config, plan_ranks))
             print(json.dumps(rows) if args.json else format_plan(rows))
             return 0
-        curve = learner_curve(config.network, insecure=args.insecure)
+        curve = learner_curve(config.network, insecure=args.insecure, strict_keys=args.strict_keys)
         if args.resume:
             check_resumable(args.run_dir)
-            warning = schedule_jump_warning(args.run_dir, config)
+            point = pick_checkpoint(args.run_dir, args.checkpoint)
+            check_writable(args.run_dir)
+            warning = schedule_jump_warning(args.run_dir, config, update=point.checkpoint.trainer_state.update)
             if warning is not None:
                 print(f"python -m learner: warning: {warning}", file=sys.stderr, flush=True)
     except USER_ERRORS as err:
         return _fail(str(err))
+    except RUN_FAILURES as err:
+        return _fail(str(err), code=1)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if world_size > 1:
-        return _run_rank(args, config, curve)
+        return _run_rank(args, config, curve, point)
     # Heavy imports only when training (the plan needs none of them).
     from learner.trainer import Learner, install_signal_handlers
 
@@ -172,11 +192,13 @@ def main(argv: list[str] | None = None) -> int:
         # A fresh start that fails before training (a port in use) removes the run directory it made.
         with nullcontext(args.run_dir) if args.resume else fresh_run_dir(config, args.run_dir) as run_dir:
             learner = Learner(config, run_dir, resume=args.resume, curve=curve,
-                              progress_mode=resolve_mode(args.quiet, args.plain, sys.stdout))
+                              progress_mode=resolve_mode(args.quiet, args.plain, sys.stdout), resume_from=point)
             install_signal_handlers(learner)
             return learner.run()
     except USER_ERRORS as err:
         return _fail(str(err))
+    except RUN_FAILURES as err:
+        return _fail(str(err), code=1)
 
 
 def rank_plan_rows(config: RunConfig, ranks: int) -> dict[str, int]:
@@ -190,7 +212,8 @@ def rank_plan_rows(config: RunConfig, ranks: int) -> dict[str, int]:
     return rows
 
 
-def _run_rank(args: argparse.Namespace, config: RunConfig, curve: ServerCurve | None) -> int:
+def _run_rank(args: argparse.Namespace, config: RunConfig, curve: ServerCurve | None,
+              point: ResumePoint | None) -> int:
     """One rank of a learner under torchrun (issue 15): rank 0 is the learner above with its ranks; the others
     follow it (learner/follower.py). The process group is left at the end, or, after a rank failure left collectives
     pending, the process ends at once (os._exit) once its output is flushed."""
@@ -211,19 +234,19 @@ def _run_rank(args: argparse.Namespace, config: RunConfig, curve: ServerCurve | 
             broken = code == 1
             return code
         with nullcontext(args.run_dir) if args.resume else fresh_run_dir(config, args.run_dir) as run_dir:
-            learner = Learner(config, run_dir, resume=args.resume, curve=curve,
-                              progress_mode=resolve_mode(args.quiet, args.plain, sys.stdout), ranks=ranks)
+            learner = Learner(config, run_dir, resume=args.resume, curve=curve, ranks=ranks, resume_from=point,
+                              progress_mode=resolve_mode(args.quiet, args.plain, sys.stdout))
             install_signal_handlers(learner)
             code = learner.run()
             broken = learner.update_cut_short
             return code
-    except USER_ERRORS as err:
-        code = _fail(f"learner rank {ranks.rank}: {err}")
+    except (*USER_ERRORS, *RUN_FAILURES) as err:
+        code = _fail(f"learner rank {ranks.rank}: {err}", code=1 if isinstance(err, RUN_FAILURES) else 2)
         return code
     finally:
         leave_ranks(broken=broken, exit_code=code)
 
 
-def _fail(message: str) -> int:
+def _fail(message: str, *, code: int = 2) -> int:
     print(f"python -m learner: error: {message}", file=sys.stderr)
-    return 2
+    return code

@@ -26,6 +26,7 @@ from envs.registry import probe_env_spec
 from learner.addresses import AddressError, binding, learner_addresses
 from learner.batch import to_batch
 from learner.checkpoint import Checkpoint, load_checkpoint
+from learner.checkpoint_integrity import CheckpointDamaged
 from learner.distributed import CollectiveTimeout
 from learner.ingest import Ingest, open_ingest
 from learner.rank_link import RankLink
@@ -63,7 +64,7 @@ class FollowerRank:
     """One follower rank's process."""
 
     def __init__(self, config: RunConfig, ranks: RankContext, *, curve: ServerCurve | None) -> None:
-        from learner.trainer import learner_plan, make_algorithm, resolve_device  # the learner's own choices
+        from learner.algorithm_choice import learner_plan, make_algorithm, resolve_device  # the learner's own choices
 
         self.config = config
         self.ranks = ranks
@@ -194,9 +195,12 @@ class FollowerRank:
 
 def load_checkpoint_for(path: str, *, rank: int) -> Checkpoint:
     """The checkpoint rank 0 resumed from, read by this rank (RunDirError when it cannot read it: the run directory
-    must be on storage every learner machine shares)."""
+    must be on storage every learner machine shares, and read the same there)."""
     try:
         return load_checkpoint(Path(path))
+    except CheckpointDamaged as err:
+        raise RunDirError(f"learner rank {rank} finds the checkpoint rank 0 resumed from ({path}) damaged: "
+                          f"{err}") from err
     except FileNotFoundError as err:
         raise RunDirError(f"learner rank {rank} cannot read the checkpoint rank 0 resumed from ({path}): with learner "
                           "ranks on several machines the run directory must be on storage they all share") from err

@@ -6,6 +6,10 @@ A resumed run continues from its last checkpoint, so the records a crashed run w
 written again: opening the log drops every record newer than the update it resumes from (and a torn last line),
 rewriting the file atomically (temp file, fsync, rename), so each update appears once. The same records go to
 TensorBoard event files in run_dir/tensorboard/ (learner/tensorboard_log.py), purged the same way on resume.
+The learner opens the log only after the checkpoint it resumes from was checked (learner/resume_point.py), so a
+damaged checkpoint never cuts the file. A disk error (full, read-only) from either writer is one RunFilesError
+naming the file (learner/run_files.py); closing is quiet about them (each record was flushed as it was written,
+so what a close could not flush is what a write already failed on, and the learner reported that).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from learner.run_files import RunFilesError, writing
 from learner.tensorboard_log import STEP_KEY, TensorBoardLog
 
 LOG = logging.getLogger("sluice.learner")
@@ -75,25 +80,37 @@ class MetricsLog:
     """Appends one JSON line per update (and its TensorBoard scalars); the console line is ProgressLine's."""
 
     def __init__(self, path: Path, *, resumed_at_update: int = 0, tensorboard_dir: Path | None = None) -> None:
-        """``tensorboard_dir``: where the event files go (default: tensorboard/ beside the metrics file)."""
+        """``tensorboard_dir``: where the event files go (default: tensorboard/ beside the metrics file);
+        ``resumed_at_update``: the update of the checked checkpoint a resumed run continues from (ValueError < 0)."""
+        if resumed_at_update < 0:
+            raise ValueError(f"resumed_at_update must be >= 0, got {resumed_at_update}")
         self.path = path
-        dropped = drop_records_after(path, resumed_at_update)
+        with writing(path):
+            dropped = drop_records_after(path, resumed_at_update)
+            self.file = path.open("a", buffering=1)
         if dropped:
             LOG.info("%s: dropped %d records newer than update %d (they are written again)", path, dropped,
                      resumed_at_update)
         self.tensorboard = TensorBoardLog(tensorboard_dir or path.parent / "tensorboard",
                                           purge_step=_purge_step(path, resumed_at_update))
-        self.file = path.open("a", buffering=1)
 
     def write(self, record: dict[str, Any]) -> None:
-        """Log one update (to the file and TensorBoard; nothing is printed)."""
-        self.file.write(json.dumps({k: _clean(v) for k, v in record.items()}) + "\n")
+        """Log one update (to the file and TensorBoard; nothing is printed); RunFilesError on a disk error."""
+        with writing(self.path):
+            self.file.write(json.dumps({k: _clean(v) for k, v in record.items()}) + "\n")
         self.tensorboard.write(record)
 
     def close(self) -> None:
-        """Flush and close."""
-        self.file.close()
-        self.tensorboard.close()
+        """Flush and close, quiet about disk errors (see the module's docstring)."""
+        try:
+            with writing(self.path):
+                self.file.close()
+        except RunFilesError as err:
+            LOG.debug("%s", err)
+        try:
+            self.tensorboard.close()
+        except RunFilesError as err:
+            LOG.debug("%s", err)
 
 
 def _purge_step(path: Path, resumed_at_update: int) -> int | None:

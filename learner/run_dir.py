@@ -1,7 +1,13 @@
-"""The run directory: runs/<name>-<timestamp>/ with config.yaml, metrics.jsonl, checkpoints/, logs."""
+"""The run directory: runs/<name>-<timestamp>/ with config.yaml, metrics.jsonl, checkpoints/, logs.
+
+A resumed run takes its config.yaml as it was saved: one that is empty, cut short or missing sections or keys is
+refused with one line naming the file and what is missing (a missing key may be given with --set), never filled
+in from the defaults.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import time
 from collections.abc import Iterator
@@ -10,10 +16,14 @@ from pathlib import Path
 
 import yaml
 
-from configs.loader import ConfigError, config_to_dict, load_config
+from configs.loader import ConfigError, config_to_dict, load_config, parse_override
 from configs.plan import make_plan
-from configs.schema import RunConfig
-from learner.checkpoint import list_checkpoints, load_checkpoint
+from configs.schema import SECTIONS, RunConfig
+from learner.checkpoint import list_checkpoints
+from learner.run_files import writing
+
+MISSING_SHOWN = 6
+"""How many missing keys the error about a cut config.yaml names before it says how many more."""
 
 
 class RunDirError(ValueError):
@@ -32,8 +42,9 @@ def new_run_dir(config: RunConfig, run_dir: Path | None) -> Path:
     if list_checkpoints(run_dir) or (run_dir / "metrics.jsonl").exists():
         raise RunDirError(f"run directory {run_dir} already holds a run; pass --resume to continue it, "
                           f"or choose another --run-dir")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(config_to_dict(config), sort_keys=False))
+    with writing(run_dir / "config.yaml"):
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.yaml").write_text(yaml.safe_dump(config_to_dict(config), sort_keys=False))
     return run_dir
 
 
@@ -57,10 +68,53 @@ def resume_config(run_dir: Path | None, overrides: list[str]) -> RunConfig:
     saved = run_dir / "config.yaml"
     if not saved.is_file():
         raise RunDirError(f"cannot resume: {saved} does not exist (is {run_dir} a run directory?)")
+    check_saved_config(saved, overrides)
     try:
         return load_config(saved, overrides)
     except ConfigError as err:
         raise RunDirError(f"cannot resume from {run_dir}: {err}") from err
+
+
+def check_saved_config(path: Path, overrides: list[str]) -> None:
+    """RunDirError unless the run's saved config ``path`` is a whole one: not empty, valid YAML, every section and
+    key of the schema present (a key may come from ``overrides`` instead)."""
+    text = path.read_text(errors="replace")
+    if not text.strip():
+        raise RunDirError(f"cannot resume: {path} is empty (cut short when it was written?); restore the run's config")
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = "" if mark is None else f" at line {mark.line + 1}"
+        raise RunDirError(f"cannot resume: {path} is not valid YAML{where} (cut short?): "
+                          f"{getattr(err, 'problem', None) or type(err).__name__}") from err
+    if not isinstance(data, dict):
+        raise RunDirError(f"cannot resume: {path} is not a mapping of config sections (cut short?)")
+    given = {f"{section}.{key}" for text in overrides for section, values in _override_keys(text) for key in values}
+    sections, keys = [], []
+    for name, cls in SECTIONS.items():
+        values = data.get(name)
+        absent = [f"{name}.{field.name}" for field in dataclasses.fields(cls)
+                  if not isinstance(values, dict) or field.name not in values]
+        if not isinstance(values, dict) or not values:
+            sections.append(name)
+        else:
+            keys += [key for key in absent if key not in given]
+    if sections or keys:
+        parts = [f"sections {', '.join(sections)}"] if sections else []
+        if keys:
+            more = f" and {len(keys) - MISSING_SHOWN} more" if len(keys) > MISSING_SHOWN else ""
+            parts.append(f"keys {', '.join(keys[:MISSING_SHOWN])}{more}")
+        raise RunDirError(f"cannot resume: {path} is missing {' and '.join(parts)} (cut short?); restore the run's "
+                          "config (a missing key can be given with --set), it is never filled in with defaults")
+
+
+def _override_keys(text: str) -> list[tuple[str, dict]]:
+    """The (section, keys) one --set override gives; none for one that does not parse (load_config reports it)."""
+    try:
+        return list(parse_override(text).items())
+    except ConfigError:
+        return []
 
 
 @contextmanager
@@ -87,17 +141,16 @@ def check_resumable(run_dir: Path) -> None:
                           f"{run_dir} and start it again without --resume")
 
 
-def schedule_jump_warning(run_dir: Path, config: RunConfig) -> str | None:
+def schedule_jump_warning(run_dir: Path, config: RunConfig, *, update: int) -> str | None:
     """A warning when ``config`` (the resumed run's, --set applied) changes the schedules' length
     (trainer.total_timesteps // trainer.batch_size) from the saved config.yaml's: the learning rate, entropy
-    and clip schedules then jump from where the checkpoint left them. None when nothing jumps."""
+    and clip schedules then jump from where the checkpoint left them (at ``update``). None when nothing jumps."""
     saved_config = load_config(run_dir / "config.yaml")
     saved = saved_config.trainer
     old_epochs = make_plan(saved, num_agents=saved_config.env.num_agents).total_epochs
     new_epochs = make_plan(config.trainer, num_agents=config.env.num_agents).total_epochs
     if old_epochs == new_epochs:
         return None
-    update = load_checkpoint(list_checkpoints(run_dir)[-1]).trainer_state.update
     old_progress, new_progress = (min(1.0, update / epochs) for epochs in (old_epochs, new_epochs))
     return (f"resuming with trainer.total_timesteps {config.trainer.total_timesteps:,} (batch_size "
             f"{config.trainer.batch_size:,}) instead of the saved {saved.total_timesteps:,} (batch_size "

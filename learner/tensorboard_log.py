@@ -3,16 +3,23 @@
 Every numeric value of a record becomes one scalar; a nested dict (messages_dropped_by_reason) becomes
 "name/key" scalars; None, booleans and text are skipped. A resumed run passes ``purge_step`` (one past the agent
 steps of its checkpoint) so TensorBoard hides the events a crashed process wrote after that checkpoint.
+
+TensorBoard writes events from a thread of its own; a disk error there is raised again by the next write or
+flush of the main thread, where it becomes RunFilesError naming run_dir/tensorboard (learner/run_files.py). The
+thread's own report of it (a traceback on stderr) is left out, so a full disk is one line, not several.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from torch.utils.tensorboard import SummaryWriter
+
+from learner.run_files import DISK_ERRNOS, writing
 
 STEP_KEY = "agent_steps"
 
@@ -27,21 +34,45 @@ def scalars_of(record: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, 
             yield tag, float(value)
 
 
+def _quiet_writer_thread_disk_errors(args: threading.ExceptHookArgs) -> None:
+    """threading.excepthook: TensorBoard's writer thread dying of a disk error is not reported there (the main
+    thread's next write or flush raises it again); everything else goes to the hook that was installed before."""
+    if type(args.thread).__module__.startswith("tensorboard.") and isinstance(args.exc_value, OSError) \
+            and args.exc_value.errno in DISK_ERRNOS:
+        return
+    _previous_hook(args)
+
+
+_previous_hook = threading.excepthook
+
+
+def _install_quiet_hook() -> None:
+    """Put _quiet_writer_thread_disk_errors in front of threading.excepthook (once)."""
+    global _previous_hook
+    if threading.excepthook is not _quiet_writer_thread_disk_errors:
+        _previous_hook, threading.excepthook = threading.excepthook, _quiet_writer_thread_disk_errors
+
+
 class TensorBoardLog:
     """Writes each record's scalars to TensorBoard event files and flushes them, one record at a time."""
 
     def __init__(self, log_dir: Path, *, purge_step: int | None = None) -> None:
-        self.writer = SummaryWriter(log_dir=str(log_dir), purge_step=purge_step)
+        _install_quiet_hook()
+        self.log_dir = log_dir
+        with writing(log_dir):
+            self.writer = SummaryWriter(log_dir=str(log_dir), purge_step=purge_step)
 
     def write(self, record: dict[str, Any]) -> None:
-        """Log one record at its agent_steps (a record without them is skipped)."""
+        """Log one record at its agent_steps (a record without them is skipped); RunFilesError on a disk error."""
         step = record.get(STEP_KEY)
         if not isinstance(step, int) or isinstance(step, bool):
             return
-        for tag, value in scalars_of(record):
-            self.writer.add_scalar(tag, value, global_step=step)
-        self.writer.flush()
+        with writing(self.log_dir):
+            for tag, value in scalars_of(record):
+                self.writer.add_scalar(tag, value, global_step=step)
+            self.writer.flush()
 
     def close(self) -> None:
-        """Flush and close the event file."""
-        self.writer.close()
+        """Flush and close the event file (RunFilesError on a disk error)."""
+        with writing(self.log_dir):
+            self.writer.close()

@@ -78,7 +78,7 @@ def test_state_goes_through_a_checkpoint_in_the_files_of_before(tmp_path):
         trained.update(batch, update_index=update)
     path = save_checkpoint(tmp_path, learned=trained.state_dict(), state=TrainerState(update=3), keep=1)
     assert {p.name for p in path.iterdir()} == {"model.safetensors", "optimizer.safetensors", "optimizer.json",
-                                                 "trainer_state.json", "reference.safetensors"}
+                                                 "trainer_state.json", "reference.safetensors", "manifest.json"}
 
     checkpoint = load_checkpoint(path)
     assert checkpoint.trainer_state == TrainerState(update=3)

@@ -19,7 +19,7 @@ from policies.factory import make_policy
 
 SPEC = EnvSpec(num_agents=1, obs_shape=(4,), obs_dtype="float32", action=ActionSpace.discrete(2))
 MODEL = ModelSection(hidden_size=16, num_layers=2)
-FILES = {"model.safetensors", "optimizer.safetensors", "optimizer.json", "trainer_state.json"}
+FILES = {"model.safetensors", "optimizer.safetensors", "optimizer.json", "trainer_state.json", "manifest.json"}
 
 
 
