@@ -68,6 +68,8 @@ _BOUNDS: dict[str, tuple[float | None, bool, float | None, bool]] = {
     "run.checkpoint_interval": (1, True, None, False),
     "run.keep_checkpoints": (1, True, None, False),
     "run.torch_threads": (1, True, None, False),
+    "run.stall_factor": (1.0, True, None, False),
+    "run.stall_min_s": (0.0, False, None, False),
     "model.hidden_size": (1, True, None, False),
     "model.num_layers": (1, True, None, False),
     "model.cnn_channels": (1, True, None, False),

@@ -38,6 +38,12 @@ class RunSection:
     torch_threads: int = 1
     """torch intra-op threads in the learner and in actor inference; keep threads x processes within the cores
     (oversubscribed, every small op waits on spinning threads: 2 on a 2-core COMA run made updates 3.7x slower)."""
+    stall_factor: float = 10.0
+    """With actor hosts registered, no update for this many times the usual interval between updates is a stall:
+    one line naming the likely cause, the sluice_learner_stalled gauge (learner/stall_watch.py)."""
+    stall_min_s: float = 60.0
+    """Never a stall before this many seconds without an update (before the first update: 5 times this, from the
+    first host's arrival)."""
 
 
 @dataclass(frozen=True, kw_only=True)

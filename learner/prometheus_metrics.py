@@ -4,9 +4,9 @@ The run's counts (steps, episodes, rows and messages received and dropped, hosts
 CURVE refusals) are read from the ingest and the control server when Prometheus scrapes (``RunCounts``), so
 they move even while no update happens; a resumed run's step counters start from its checkpoint's totals, so
 ``sluice_agent_steps_total`` is the run's progress. ``observe_update`` records each update (its duration, the
-algorithm's metrics); the ingest thread feeds the per-message histograms directly (``IngestObserver``). Steps per second is
-``rate(sluice_agent_steps_total[1m])``, never a gauge. Labels are of low cardinality only: a drop reason, a
-host name, a request type.
+algorithm's metrics, its skipped steps and the rows it dropped as non-finite); the ingest thread feeds the
+per-message histograms directly (``IngestObserver``). Steps per second is ``rate(sluice_agent_steps_total[1m])``,
+never a gauge. Labels are of low cardinality only: a drop reason, a host name, a request type.
 """
 
 from __future__ import annotations
@@ -145,6 +145,9 @@ class LearnerMetrics:
                                registry=registry)
         self.skipped_steps = Counter("sluice_skipped_steps", "Optimizer steps skipped for a non-finite loss or "
                                                              "gradient.", registry=registry)
+        self.rows_dropped_nonfinite = Counter("sluice_rows_dropped_nonfinite", "Rows an update left out because "
+                                              "their advantage, return or start-of-update log-ratio was non-finite "
+                                              "or exploding (learner/ppo.py).", registry=registry)
         self.message_bytes = Histogram("sluice_received_message_bytes", "Size of each ROWS message received.",
                                        buckets=MESSAGE_BYTES, registry=registry)
         self.policy_lag = BulkHistogram("sluice_policy_lag_versions", "Policy lag of each accepted row: the "
@@ -184,6 +187,10 @@ class LearnerMetrics:
                                      registry=registry)
         self.ranks_wait = gauge("sluice_learner_ranks_wait_seconds", "Several learner ranks: seconds rank 0 waited, "
                                                                      "its own batch full, for the other ranks' rows.")
+        self.stalled = gauge("sluice_learner_stalled", "1 while the learner is stalled: actor hosts registered, yet no "
+                             "update for run.stall_factor times the usual interval (learner/stall_watch.py), else 0.")
+        self.seconds_since_update = gauge("sluice_learner_seconds_since_update", "Seconds since the last update, "
+                                          "updated while the learner waits for a batch.")
         self.last_update.set(time.time())
 
     def observe_rank_waits(self, rows_wait_s: Mapping[int, float], followers_wait_s: float) -> None:
@@ -196,6 +203,11 @@ class LearnerMetrics:
         """Several learner ranks, while rank 0 waits: how full each follower's batch is."""
         for rank, fill in fills.items():
             self.rank_batch_fill.labels(str(rank)).set(fill)
+
+    def observe_stall(self, *, stalled: bool, seconds_since_update: float) -> None:
+        """While the learner waits for a batch, and after each update: the stall watch's state."""
+        self.stalled.set(1.0 if stalled else 0.0)
+        self.seconds_since_update.set(seconds_since_update)
 
     def set_run(self, *, max_policy_lag: int, total_agent_steps: int, policy_version: int) -> None:
         """The run's settings that alerts and dashboards compare against, and the version it starts from."""
@@ -222,6 +234,7 @@ class LearnerMetrics:
         self.updates.inc()
         self.samples.inc(samples)
         self.skipped_steps.inc(update_metrics.get("skipped_steps", 0.0))
+        self.rows_dropped_nonfinite.inc(update_metrics.get("rows_dropped_nonfinite", 0.0))
         self.update_duration.observe(update_s)
         self.policy_version.set(record["policy_version"])
         _set_finite(self.return_mean, record.get("episode_return_mean"))

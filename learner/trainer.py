@@ -4,7 +4,8 @@ metrics and stop rules.
 Threads: ``control`` (ROUTER, registration and heartbeats), ``ingest`` (PULL, row blocks into the
 double-buffered batch), ``metrics-http`` (Prometheus' /metrics and the actor hosts' discovery list) and the main
 thread (the update loop: update, publish, checkpoint, log). Stop with SIGINT/SIGTERM: the final checkpoint is
-written and actor hosts are told to exit.
+written and actor hosts are told to exit. A run file that cannot be written (a full disk: learner/run_files.py) is
+one line and the same shutdown, without a final checkpoint, and exit 1.
 """
 
 from __future__ import annotations
@@ -23,16 +24,13 @@ import numpy as np
 import torch
 import zmq
 
-from envs.base import EnvSpec
-from envs.errors import EnvConfigError
 from envs.registry import probe_env_spec
-from configs.loader import ConfigError, config_to_dict
-from configs.plan import BatchPlan, make_plan
+from configs.loader import config_to_dict
 from configs.schema import RunConfig
 from learner.addresses import AddressError, binding, learner_addresses, metrics_port
-from learner.algorithm import Algorithm
+from learner.algorithm_choice import learner_plan, make_algorithm, resolve_device
 from learner.batch import to_batch
-from learner.checkpoint import Checkpoint, TrainerState, list_checkpoints, load_checkpoint, save_checkpoint
+from learner.checkpoint import Checkpoint, TrainerState, list_checkpoints, save_checkpoint
 from learner.control import ControlCounts, ControlServer
 from learner.evaluation_results import EVALUATION_RESULTS, ResultsTail, evaluation_line, evaluation_metrics
 from learner.evaluator_process import EvaluatorProcess
@@ -48,16 +46,16 @@ from learner.prometheus_metrics import LearnerMetrics, RunCounts
 from learner.senders import SenderRegistry
 from learner.metrics_log import MetricsLog
 from learner.metrics_record import Lap, RunClock, metrics_record, outcome_rates
-from learner.coma_learner import ComaLearner
 from learner.distributed import CollectiveTimeout
 from learner.host_routing import HostRouting
 from learner.rank_link import RankLink
 from learner.rank_lockstep import LeaderLockstep, RankWaits, rank_wait_metrics
 from learner.ranks import RankContext, announce_endpoint, gather_endpoints
-from learner.reducer import SINGLE_PROCESS, Reducer
-from configs.rank_plan import make_rank_plan
-from learner.ppo_algorithm import PPO
+from learner.reducer import SINGLE_PROCESS
+from learner.resume_point import ResumePoint, pick_checkpoint, settle
+from learner.run_files import RunFilesError, as_run_files_error
 from learner.run_record import write_run_record
+from learner.stall_watch import StallRule, StallWatch
 from learner.stop_rules import check_stop_rules
 from learner.weights import WeightsPublisher
 from policies.factory import state_arrays
@@ -74,45 +72,15 @@ RANK_GONE_WAIT_S = 4.0
 """After a failed collective, how long rank 0 looks for the rank that is gone before stopping with the error."""
 
 
-def resolve_device(name: str) -> torch.device:
-    """auto -> cuda when available, else cpu; cuda without a GPU is a ConfigError."""
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("run.device is 'cuda' but torch sees no CUDA device; use 'auto' or 'cpu'")
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
-
-
-def make_algorithm(config: RunConfig, spec: EnvSpec, plan: BatchPlan, *, device: torch.device,
-                   seed: int, reducer: Reducer = SINGLE_PROCESS) -> Algorithm:
-    """trainer.algorithm's learner: PPO (seeds/000) or COMA (seeds/004, which needs Box actions and a global state:
-    ConfigError otherwise). ``seed``: run.seed + the update the run starts at; ``reducer`` and ``plan``: a
-    data-parallel learner rank's collectives and share of the batch."""
-    if config.trainer.algorithm == "coma":
-        try:
-            return ComaLearner(spec=spec, section=config.coma, device=device, seed=seed, reducer=reducer)
-        except EnvConfigError as err:
-            raise ConfigError(f"env {config.env.name!r}: {err}") from err
-    return PPO(spec=spec, model=config.model, trainer=config.trainer, plan=plan, device=device, minibatch_seed=seed,
-               reducer=reducer)
-
-
-def learner_plan(config: RunConfig, ranks: RankContext | None) -> BatchPlan:
-    """The batch plan one learner process trains: the run's, or a rank's share of it (PlanError with the numbers
-    when the batch does not split over the ranks)."""
-    if ranks is None:
-        return make_plan(config.trainer, num_agents=config.env.num_agents)
-    return make_rank_plan(config.trainer, num_agents=config.env.num_agents, world_size=ranks.world_size,
-                          coma=config.coma).rank
-
-
 class Learner:
     """Owns every learner component for one run."""
 
     def __init__(self, config: RunConfig, run_dir: Path, *, resume: bool, curve: ServerCurve | None = None,
-                 progress_mode: str = ProgressMode.PLAIN, ranks: RankContext | None = None) -> None:
+                 progress_mode: str = ProgressMode.PLAIN, ranks: RankContext | None = None,
+                 resume_from: ResumePoint | None = None) -> None:
         """``progress_mode``: how the console shows progress (learner.progress.ProgressMode); ``ranks``: rank 0 of a
-        data-parallel learner under torchrun (None: the single learner process)."""
+        data-parallel learner under torchrun (None: the single learner process); ``resume_from``: the checkpoint
+        the command line chose (None: the newest intact one)."""
         self.config = config
         self.ranks = ranks
         self.lockstep: LeaderLockstep | None = None
@@ -129,7 +97,7 @@ class Learner:
         self.device = resolve_device(config.run.device)
         self.spec = probe_env_spec(config.env)
         self.plan = learner_plan(config, ranks)
-        checkpoint = self._last_checkpoint() if resume else None
+        checkpoint = self._last_checkpoint(resume_from) if resume else None
         self.state = checkpoint.trainer_state if checkpoint is not None else TrainerState()
         self.algorithm = make_algorithm(config, self.spec, self.plan, device=self.device,
                                         seed=config.run.seed + self.state.update,
@@ -144,6 +112,8 @@ class Learner:
         self.stop_reason = ""
         self.exit_code = 0
         """What run() returns: 0 when a stop rule finished the run, 128 + the signal's number when one stopped it."""
+        self.files_failed = False
+        """A run file could not be written (learner/run_files.py): no final checkpoint, exit 1."""
         self.pool: PoolService | None = None
         self.metrics: MetricsLog | None = None
         self.prometheus = LearnerMetrics(new_registry("learner"))
@@ -160,19 +130,20 @@ class Learner:
         """The child process evaluating pool snapshots against baselines (None: evaluation.interval_updates 0)."""
         self.evaluation_results = ResultsTail(run_dir / EVALUATION_RESULTS)
 
-    def _last_checkpoint(self) -> Checkpoint | None:
-        """The run directory's newest checkpoint (None in a run without one yet)."""
-        checkpoints = list_checkpoints(self.run_dir)
-        if not checkpoints:
-            if self.ranks is not None:
-                self.ranks.board.set_text("resume_from", 0, "")
-            return None
+    def _last_checkpoint(self, point: ResumePoint | None) -> Checkpoint | None:
+        """The checkpoint the run continues from: ``point``, else the newest intact one (NoIntactCheckpoint when none
+        is); None in a run without one yet. Says what was damaged and moves newer checkpoints aside before anything
+        of the run is rewritten (learner/resume_point.py)."""
+        if point is None and list_checkpoints(self.run_dir):
+            point = pick_checkpoint(self.run_dir)
         if self.ranks is not None:  # the other ranks load the same one (learner/follower.py)
-            self.ranks.board.set_text("resume_from", 0, str(checkpoints[-1].resolve()))
-        checkpoint = load_checkpoint(checkpoints[-1])
-        LOG.info("resumed from %s (update %d, %d env steps)", checkpoints[-1].name,
-                 checkpoint.trainer_state.update, checkpoint.trainer_state.env_steps)
-        return checkpoint
+            self.ranks.board.set_text("resume_from", 0, "" if point is None else str(point.path.resolve()))
+        if point is None:
+            return None
+        settle(point, say=lambda line: print(line, flush=True))
+        LOG.info("resumed from %s (update %d, %d env steps)", point.path.name,
+                 point.checkpoint.trainer_state.update, point.checkpoint.trainer_state.env_steps)
+        return point.checkpoint
 
     def _save(self) -> None:
         save_checkpoint(self.run_dir, learned=self.algorithm.state_dict(), state=self.state,
@@ -224,6 +195,8 @@ class Learner:
             if self.evaluator is not None:
                 self.evaluator.start()
             self._train(control, ingest, publisher)
+        except (RunFilesError, OSError) as err:
+            self._files_failed(err)
         finally:
             if self.evaluator is not None:
                 self.evaluator.stop()
@@ -266,7 +239,8 @@ class Learner:
                                     peer_timeout_s=net.peer_timeout_s, limits=limits, stop=threads_stop,
                                     registry=registry, sizing=HostSizing(trainer=self.config.trainer,
                                                                          num_agents=self.config.env.num_agents),
-                                    pool=self.pool, curve=self.curve, announce=self.progress.event, routing=routing)
+                                    pool=self.pool, curve=self.curve, announce=self.progress.event, routing=routing,
+                                    zap=self.zap)
         with binding(addresses.data):
             ingest = open_ingest(self.config, self.spec, context=context, endpoint=addresses.data.url,
                                  segments=self.plan.segments, state_size=self.algorithm.policy.state_size,
@@ -315,11 +289,15 @@ class Learner:
         """The update loop: every batch the ingest fills becomes one update, until a stop rule or a signal."""
         clock = RunClock(elapsed_before=self.state.elapsed_s, agent_steps=self.state.agent_steps)
         rows_wait_from = time.monotonic()
+        stall = StallWatch(StallRule(factor=self.config.run.stall_factor, min_s=self.config.run.stall_min_s),
+                           totals=ingest.totals, hosts=control.host_count, filling=lambda: ingest.occupancy()["filling"],
+                           say=self.progress.event, gauges=self.prometheus.observe_stall)
         while not self.stop.is_set():
             index = self._wait_for_batch(ingest)
             if self.lockstep is not None:
                 self.lockstep.check_followers(self.request_stop)
-            if index is None:  # none yet: check for stop requests again
+            if index is None:  # none yet: check for stop requests and stalls again
+                stall.waiting()
                 continue
             waits = self._wait_for_ranks(own_wait_s=time.monotonic() - rows_wait_from)
             if waits is None:  # stopping: no rank runs this update
@@ -334,6 +312,7 @@ class Learner:
             if self.lockstep is not None:
                 self.prometheus.observe_rank_waits(waits.rows_wait_s, waits.followers_wait_s)
             self._advance_version(ingest)
+            stall.updated()
             weights = self._publish_weights(control, publisher)
             self._snapshot_into_pool(weights)
             counted = ingest.take_snapshot()
@@ -380,7 +359,23 @@ class Learner:
             self.progress.event(f"learner: no final checkpoint (update {self.state.update} was cut short by a "
                                 "learner rank failure); --resume continues from the last one")
             return
-        self._save()
+        if not self.files_failed:
+            try:
+                self._save()
+            except RunFilesError as err:
+                self._files_failed(err)
+
+    def _files_failed(self, err: OSError | RunFilesError) -> None:
+        """A run file cannot be written (a disk error; any other OSError propagates): one line naming it, then the
+        same shutdown as SIGTERM without a final checkpoint (the last good one stands), and exit 1."""
+        error = err if isinstance(err, RunFilesError) else as_run_files_error(err, self.run_dir)
+        if error is None:
+            raise err
+        if not self.files_failed:
+            self.progress.event(f"learner: {error}; stopping")
+        self.files_failed = True
+        self.request_stop("the run directory cannot be written", exit_code=1)
+        self.exit_code = 1
 
     @staticmethod
     def _wait_for_batch(ingest: Ingest) -> int | None:
@@ -486,7 +481,7 @@ class Learner:
         while time.monotonic() < deadline and control.host_count() > 0:
             publisher.publish_shutdown(reason)
             time.sleep(0.1)
-        kept = "last" if self.update_cut_short else "final"
+        kept = "last" if self.update_cut_short or self.files_failed else "final"
         self.progress.event(f"learner: stopped ({reason}); {kept} checkpoint in {self.run_dir / 'checkpoints'}")
 
 

@@ -136,12 +136,14 @@ def test_an_update_sets_the_algorithm_gauges_and_skips_non_finite_values():
     record = {"policy_version": 6, "episode_return_mean": 12.5, "episode_length_mean": None, "win_rate": 0.25}
     metrics.observe_update(record=record, update_s=0.3, samples=512,
                            update_metrics={"policy_loss": -0.1, "clipfrac": 0.2, "explained_variance": float("nan"),
-                                           "skipped_steps": 2.0, "approx_kl": 0.01})
+                                           "skipped_steps": 2.0, "approx_kl": 0.01,
+                                           "rows_dropped_nonfinite": 3.0})
     metrics.rows_accepted(np.array([0, 1, 1, 9]))
     metrics.message_received(3000)
     got = samples(registry)
     assert got[("sluice_updates_total", ())] == 1 and got[("sluice_samples_total", ())] == 512
     assert got[("sluice_skipped_steps_total", ())] == 2
+    assert got[("sluice_rows_dropped_nonfinite_total", ())] == 3
     assert got[("sluice_policy_version", ())] == 6 and got[("sluice_max_policy_lag_versions", ())] == 8
     assert got[("sluice_episode_return_mean", ())] == 12.5 and got[("sluice_clip_fraction_ratio", ())] == 0.2
     assert got[("sluice_explained_variance_ratio", ())] == 0  # NaN is not exported: the gauge keeps its last
