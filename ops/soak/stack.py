@@ -164,8 +164,12 @@ class Stack:
         overrides = [arg for item in self.options.overrides for arg in ("--set", item)]
         self._start("learner", "learner", "--config", self.options.config, "--run-dir", str(self.run_dir),
                     "--set", f"network.port={self.port}", *overrides)
-        if not wait_until(lambda: "listening on" in self.log("learner"), timeout_s):
+        learner = self.learner()
+        if not wait_until(lambda: learner.poll() is not None or "listening on" in self.log("learner"), timeout_s):
             raise RuntimeError(f"the learner did not start listening within {timeout_s:g} s:\n{self.log('learner')}")
+        if learner.poll() is not None:
+            raise RuntimeError(f"the learner exited with status {learner.returncode} before it listened:\n"
+                               f"{self.log('learner')}")
         if self.options.host_workers:
             self._start("host", "actors", "--n", str(self.options.host_workers), "--learner", self.control_url)
         if self.pool_url is not None:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 import numpy as np
 
 from genuine import RegisteredSender
+from learner.row_checks import LOG_FLOAT32_TINY
 from mutations import HostileClass, Outcome, generic_classes, variants_of
 from protocol import Message, MessageType
 from wire import Parts, parts_of, with_arrays
@@ -109,6 +110,7 @@ def data_classes(sender: RegisteredSender) -> list[HostileClass]:
         "returns_1e30": fields_changed(episode_returns=[1e30], episode_lengths=[5],
                                        episode_stats={name: [0.0] for name in spec.episode_stats}),
         "100_returns_of_500_in_1_step": fields_changed(env_steps=1, agent_steps=spec.num_agents, **hundred_of_500),
+        "100_returns_of_500_in_0_agent_steps": fields_changed(agent_steps=0, **hundred_of_500),
         "lengths_2e63": fields_changed(episode_returns=[0.0], episode_lengths=[BIG_INT64],
                                        episode_stats={name: [0.0] for name in spec.episode_stats}),
     }
@@ -118,14 +120,18 @@ def data_classes(sender: RegisteredSender) -> list[HostileClass]:
                          "actions_negative": broken_array(set_one("actions", -1)),
                          "actions_int32_max": broken_array(set_one("actions", INT32_MAX)),
                          "actions_int32_min": broken_array(set_one("actions", INT32_MIN))})
+        floor = len(spec.action.nvec) * LOG_FLOAT32_TINY  # the least log-prob a policy over the space gives
+        semantic.update({"logprobs_minus_1e6": broken_array(set_one("logprobs", -1e6)),
+                         "logprobs_below_the_floor": broken_array(set_one("logprobs", min(-100.0, floor - 1.0))),
+                         "logprobs_positive": broken_array(set_one("logprobs", 5.0))})  # a probability is <= 1
     if np.dtype(sender.shape.layout.obs_dtype).kind == "f":
         semantic.update({"obs_nan": broken_array(set_one("obs", np.nan)),
                          "obs_1e30": broken_array(set_one("obs", 1e30))})
-    within_rules = {  # no env-independent rule refuses these: a Gaussian log-density may be > 0, and
-        # 100 episodes of 500 steps may end within the steps of one block when they began long before
-        "logprobs_positive": broken_array(set_one("logprobs", 5.0)),
+    within_rules = {  # 100 episodes of 500 steps may end within the steps of one block when they began long before
         "100_returns_of_500": fields_changed(**hundred_of_500),
     }
+    if spec.action.kind == "box":  # a Gaussian log-density may be > 0
+        within_rules["logprobs_positive"] = broken_array(set_one("logprobs", 5.0))
     spoofed = {
         "token_absent": unregistered,
         "token_unknown": fields_changed(token=secrets.token_hex(16)),
