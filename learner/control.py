@@ -407,32 +407,30 @@ class ControlServer(threading.Thread):
     def _expire(self, now: float) -> None:
         """Forget the hosts silent for peer_timeout_s (counted as lost); their rows are refused from now on."""
         deadline = now - self.peer_timeout_s
+        gone = self._forget(lambda host: host.last_seen < deadline)
         with self.lock:
-            silent = [identity for identity, host in self.hosts.items() if host.last_seen < deadline]
-            gone = [self.hosts.pop(identity) for identity in silent]
             self.hosts_lost += len(gone)
-        for identity in silent:
-            if self.routing is not None:
-                self.routing.remove(identity)
         for host in gone:
-            self.registry.remove(host.token)
             self._host_line(f"actor host {host.name} silent for {self.peer_timeout_s:.0f} s: forgotten")
 
     def _drop_revoked(self) -> None:
         """Forget the registered hosts whose CURVE key was removed from the allow-list: their rows are refused from
         now on, their next heartbeat is answered not_registered, and their REGISTER key_revoked, which stops them."""
         revoked = set() if self.zap is None else self.zap.take_revoked()
-        if not revoked:
-            return
+        for host in self._forget(lambda host: host.curve_key in revoked) if revoked else []:
+            self._host_line(f"actor host {host.name}: its CURVE key was removed from the allowed clients: dropped")
+
+    def _forget(self, which: Callable[[RegisteredHost], bool]) -> list[RegisteredHost]:
+        """Remove the registered hosts ``which`` picks (their tokens, their routes); returns them."""
         with self.lock:
-            dropped = [identity for identity, host in self.hosts.items() if host.curve_key in revoked]
-            gone = [self.hosts.pop(identity) for identity in dropped]
-        for identity in dropped:
+            picked = [identity for identity, host in self.hosts.items() if which(host)]
+            gone = [self.hosts.pop(identity) for identity in picked]
+        for identity in picked:
             if self.routing is not None:
                 self.routing.remove(identity)
         for host in gone:
             self.registry.remove(host.token)
-            self._host_line(f"actor host {host.name}: its CURVE key was removed from the allowed clients: dropped")
+        return gone
 
     def _host_line(self, text: str) -> None:
         """A warning about a host, unless HOST_LINES were already logged lately (those left out are counted and
