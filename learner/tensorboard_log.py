@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,30 +34,31 @@ def scalars_of(record: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, 
             yield tag, float(value)
 
 
-def _quiet_writer_thread_disk_errors(args: threading.ExceptHookArgs) -> None:
-    """threading.excepthook: TensorBoard's writer thread dying of a disk error is not reported there (the main
-    thread's next write or flush raises it again); everything else goes to the hook that was installed before."""
-    if type(args.thread).__module__.startswith("tensorboard.") and isinstance(args.exc_value, OSError) \
-            and args.exc_value.errno in DISK_ERRNOS:
-        return
-    _previous_hook(args)
+class QuietWriterDiskErrors:
+    """A threading.excepthook: TensorBoard's writer thread dying of a disk error is not reported there (the main
+    thread's next write or flush raises it again); everything else goes to the hook it was put in front of."""
 
+    def __init__(self, previous: Callable[[threading.ExceptHookArgs], Any]) -> None:
+        self.previous = previous
 
-_previous_hook = threading.excepthook
+    def __call__(self, args: threading.ExceptHookArgs) -> None:
+        if (type(args.thread).__module__.startswith("tensorboard.") and isinstance(args.exc_value, OSError)
+                and args.exc_value.errno in DISK_ERRNOS):
+            return
+        self.previous(args)
 
-
-def _install_quiet_hook() -> None:
-    """Put _quiet_writer_thread_disk_errors in front of threading.excepthook (once)."""
-    global _previous_hook
-    if threading.excepthook is not _quiet_writer_thread_disk_errors:
-        _previous_hook, threading.excepthook = threading.excepthook, _quiet_writer_thread_disk_errors
+    @classmethod
+    def install(cls) -> None:
+        """Put one in front of threading.excepthook (once per process)."""
+        if not isinstance(threading.excepthook, cls):
+            threading.excepthook = cls(threading.excepthook)
 
 
 class TensorBoardLog:
     """Writes each record's scalars to TensorBoard event files and flushes them, one record at a time."""
 
     def __init__(self, log_dir: Path, *, purge_step: int | None = None) -> None:
-        _install_quiet_hook()
+        QuietWriterDiskErrors.install()
         self.log_dir = log_dir
         with writing(log_dir):
             self.writer = SummaryWriter(log_dir=str(log_dir), purge_step=purge_step)

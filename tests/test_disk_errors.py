@@ -101,14 +101,14 @@ def test_metrics_and_tensorboard_writes_fail_as_one_error_and_close_quietly(tmp_
         MetricsLog(tmp_path / "metrics.jsonl", resumed_at_update=-5)
 
 
-def test_the_tensorboard_writer_threads_disk_error_is_not_reported_twice(monkeypatch):
+def test_the_tensorboard_writer_threads_disk_error_is_not_reported_twice():
     from tensorboard.summary.writer.event_file_writer import _AsyncWriterThread
 
     passed_on: list[BaseException] = []
-    monkeypatch.setattr(tensorboard_log, "_previous_hook", lambda args: passed_on.append(args.exc_value))
+    hook = tensorboard_log.QuietWriterDiskErrors(lambda args: passed_on.append(args.exc_value))
     writer_thread, bug = _AsyncWriterThread(queue.Queue(), None, 120), ValueError("bug")
     for thread, exc in ((writer_thread, FULL), (threading.Thread(), FULL), (writer_thread, bug)):
-        tensorboard_log._quiet_writer_thread_disk_errors(threading.ExceptHookArgs([type(exc), exc, None, thread]))
+        hook(threading.ExceptHookArgs([type(exc), exc, None, thread]))
     assert passed_on == [FULL, bug]  # only TensorBoard's own thread dying of a disk error is left out
 
 
