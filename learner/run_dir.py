@@ -1,13 +1,15 @@
 """The run directory: runs/<name>-<timestamp>/ with config.yaml, metrics.jsonl, checkpoints/, logs.
 
-A resumed run takes its config.yaml as it was saved: one that is empty, cut short or missing sections or keys is
-refused with one line naming the file and what is missing (a missing key may be given with --set), never filled
-in from the defaults.
+A resumed run takes its config.yaml as it was saved: one that is empty, cut short (keys missing from its end) or
+missing sections is refused with one line naming the file and what is missing (a missing key may be given with
+--set), never filled in from the defaults. Keys missing before the file's last key are keys a later version added
+to a section of a whole file: their defaults apply, said in one line.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import shutil
 import time
 from collections.abc import Iterator
@@ -21,6 +23,8 @@ from configs.plan import make_plan
 from configs.schema import SECTIONS, RunConfig
 from learner.checkpoint import list_checkpoints
 from learner.run_files import writing
+
+LOG = logging.getLogger("sluice.learner")
 
 MISSING_SHOWN = 6
 """How many missing keys the error about a cut config.yaml names before it says how many more."""
@@ -68,16 +72,21 @@ def resume_config(run_dir: Path | None, overrides: list[str]) -> RunConfig:
     saved = run_dir / "config.yaml"
     if not saved.is_file():
         raise RunDirError(f"cannot resume: {saved} does not exist (is {run_dir} a run directory?)")
-    check_saved_config(saved, overrides)
+    defaulted = check_saved_config(saved, overrides)
+    if defaulted:
+        LOG.warning("learner: %s has no %s (keys added to Sluice since this run began): their defaults apply",
+                    saved, ", ".join(defaulted))
     try:
         return load_config(saved, overrides)
     except ConfigError as err:
         raise RunDirError(f"cannot resume from {run_dir}: {err}") from err
 
 
-def check_saved_config(path: Path, overrides: list[str]) -> None:
-    """RunDirError unless the run's saved config ``path`` is a whole one: not empty, valid YAML, every section and
-    key of the schema present (a key may come from ``overrides`` instead)."""
+def check_saved_config(path: Path, overrides: list[str]) -> list[str]:
+    """RunDirError unless the run's saved config ``path`` is a whole one: not empty, valid YAML, every section of the
+    schema present, and no key missing from its end (a key may come from ``overrides`` instead). A file cut short
+    loses its end; keys missing before the last key present are keys a later Sluice added to a section (the file is
+    whole): returned, so the caller says their defaults apply."""
     text = path.read_text(errors="replace")
     if not text.strip():
         raise RunDirError(f"cannot resume: {path} is empty (cut short when it was written?); restore the run's config")
@@ -91,22 +100,21 @@ def check_saved_config(path: Path, overrides: list[str]) -> None:
     if not isinstance(data, dict):
         raise RunDirError(f"cannot resume: {path} is not a mapping of config sections (cut short?)")
     given = {f"{section}.{key}" for text in overrides for section, values in _override_keys(text) for key in values}
-    sections, keys = [], []
-    for name, cls in SECTIONS.items():
-        values = data.get(name)
-        absent = [f"{name}.{field.name}" for field in dataclasses.fields(cls)
-                  if not isinstance(values, dict) or field.name not in values]
-        if not isinstance(values, dict) or not values:
-            sections.append(name)
-        else:
-            keys += [key for key in absent if key not in given]
-    if sections or keys:
+    ordered = [(name, f"{name}.{field.name}", isinstance(data.get(name), dict) and field.name in data[name])
+               for name, cls in SECTIONS.items() for field in dataclasses.fields(cls)]
+    last_present = max((i for i, (_, _, present) in enumerate(ordered) if present), default=-1)
+    sections = [name for name in SECTIONS if not isinstance(data.get(name), dict) or not data[name]]
+    cut = [key for i, (name, key, present) in enumerate(ordered)
+           if not present and key not in given and i > last_present and name not in sections]
+    if sections or cut:
         parts = [f"sections {', '.join(sections)}"] if sections else []
-        if keys:
-            more = f" and {len(keys) - MISSING_SHOWN} more" if len(keys) > MISSING_SHOWN else ""
-            parts.append(f"keys {', '.join(keys[:MISSING_SHOWN])}{more}")
+        if cut:
+            more = f" and {len(cut) - MISSING_SHOWN} more" if len(cut) > MISSING_SHOWN else ""
+            parts.append(f"keys {', '.join(cut[:MISSING_SHOWN])}{more}")
         raise RunDirError(f"cannot resume: {path} is missing {' and '.join(parts)} (cut short?); restore the run's "
                           "config (a missing key can be given with --set), it is never filled in with defaults")
+    return [key for i, (name, key, present) in enumerate(ordered) if not present and key not in given
+            and i < last_present]
 
 
 def _override_keys(text: str) -> list[tuple[str, dict]]:

@@ -5,6 +5,7 @@ processes, a damaged newest checkpoint that a resumed learner names and steps ba
 from __future__ import annotations
 
 import json
+import re
 import signal
 import struct
 from pathlib import Path
@@ -339,10 +340,26 @@ def test_a_config_yaml_cut_mid_line_or_missing_one_key(tmp_path):
     with pytest.raises(RunDirError, match=r"is not valid YAML at line \d+ \(cut short\?\): ") as info:
         resume_config(run_dir, [])
     assert "\n" not in str(info.value)
-    path.write_text(text.replace("  gamma: 0.99\n", "", 1))  # trainer.gamma (coma.gamma comes later)
-    with pytest.raises(RunDirError, match=r"is missing keys trainer.gamma \(cut short\?\)"):
+    lines = text.splitlines(keepends=True)
+    path.write_text("".join(lines[:-1]))  # the last key of the last section: the end of the file is gone
+    last_key = f"evaluation.{lines[-1].split(':')[0].strip()}"
+    with pytest.raises(RunDirError, match=rf"is missing keys {re.escape(last_key)} \(cut short\?\)"):
         resume_config(run_dir, [])
-    assert resume_config(run_dir, ["trainer.gamma=0.99"]).trainer.gamma == 0.99  # a key given with --set
+    value = lines[-1].split(":", 1)[1].strip()
+    assert resume_config(run_dir, [f"{last_key}={value}"]) is not None  # a key given with --set
+
+
+def test_keys_a_later_version_added_inside_a_whole_config_take_their_defaults_with_one_line(tmp_path, caplog):
+    run_dir = cli_run_dir(tmp_path)
+    path = run_dir / "config.yaml"
+    text = path.read_text()
+    path.write_text(text.replace("  stall_factor: 10.0\n", "", 1).replace("  step_timeout_s: 60.0\n", "", 1))
+    with caplog.at_level("WARNING", logger="sluice.learner"):
+        config = resume_config(run_dir, [])
+    assert config.run.stall_factor == 10.0 and config.env.step_timeout_s == 60.0
+    assert [record.getMessage() for record in caplog.records] == [
+        f"learner: {path} has no run.stall_factor, env.step_timeout_s (keys added to Sluice since this run began): "
+        "their defaults apply"]
 
 
 @pytest.fixture
