@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from learner.jsonl import json_records
-from learner.pool import Snapshot, _atomic_write
+from learner.atomic import atomic_write_bytes, atomic_write_text
+from learner.pool import Snapshot
 
 BEST_DIR = "best"
 """The folder of the kept best snapshot, in the run directory."""
@@ -40,12 +41,12 @@ def write_best(best_dir: Path, snapshot: Snapshot, weights: bytes, *, scores: di
     weights file, then best.json (both atomic), then the older weights files go; returns the best.json document."""
     best_dir.mkdir(parents=True, exist_ok=True)
     weights_name = f"{snapshot.hash}.safetensors"
-    _atomic_write(best_dir / weights_name, weights)
+    atomic_write_bytes(best_dir / weights_name, weights)
     doc = {"update": snapshot.update, "policy_version": snapshot.policy_version, "weights": weights_name,
            "scores": scores, "mean_score": sum(scores.values()) / len(scores), "games": games,
            "source": {"pool_index": snapshot.index, "hash": snapshot.hash,
                       "path": f"pool/weights/{snapshot.hash}.safetensors"}}
-    _atomic_write(best_dir / BEST_NAME, (json.dumps(doc, indent=1) + "\n").encode())
+    atomic_write_text(best_dir / BEST_NAME, json.dumps(doc, indent=1) + "\n")
     for old in best_dir.glob("*.safetensors"):
         if old.name != weights_name:
             old.unlink(missing_ok=True)

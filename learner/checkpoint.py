@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +26,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.numpy import load, save
 
+from learner.atomic import atomic_directory, restore_set_aside
 from learner.checkpoint_integrity import (CheckpointDamaged, check_finite, checked_trainer_state, read_json,
                                           verify_manifest, write_manifest)
 from learner.run_files import writing
@@ -88,15 +87,14 @@ def save_checkpoint(run_dir: Path, *, learned: LearnedState, state: TrainerState
     final = root / f"{PREFIX}{state.update:08d}"
     with writing(final):
         root.mkdir(parents=True, exist_ok=True)
-        _write_into_place(root, final, learned=learned, state=state)
+        _write_into_place(final, learned=learned, state=state)
     for old in list_checkpoints(run_dir)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final
 
 
-def _write_into_place(root: Path, final: Path, *, learned: LearnedState, state: TrainerState) -> None:
-    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root))
-    try:
+def _write_into_place(final: Path, *, learned: LearnedState, state: TrainerState) -> None:
+    with atomic_directory(final) as tmp:
         for name, module_state in learned.modules.items():
             save_file(_arrays(module_state), str(tmp / f"{name}.safetensors"))
         for name, optimizer_state in learned.optimizers.items():
@@ -105,18 +103,6 @@ def _write_into_place(root: Path, final: Path, *, learned: LearnedState, state: 
             (tmp / f"{name}.json").write_text(json.dumps(meta))
         (tmp / f"{TRAINER_STATE}.json").write_text(json.dumps(dataclasses.asdict(state)))
         write_manifest(tmp)
-        for path in tmp.iterdir():
-            _fsync(path)
-        aside = root / f".old-{final.name}"
-        if final.exists():  # re-saving an update: move the old one aside, never delete it first
-            shutil.rmtree(aside, ignore_errors=True)
-            os.rename(final, aside)
-        os.rename(tmp, final)
-        _fsync(root)
-        shutil.rmtree(aside, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def save_file(tensors: dict[str, np.ndarray], filename: str) -> None:
@@ -130,10 +116,7 @@ def list_checkpoints(run_dir: Path) -> list[Path]:
     root = run_dir / "checkpoints"
     if not root.is_dir():
         return []
-    for aside in root.glob(".old-*"):  # a crash between the two renames of a re-save: restore the old one
-        final = root / aside.name[len(".old-"):]
-        if not final.exists():
-            os.rename(aside, final)
+    restore_set_aside(root)  # a crash between the two renames of a re-save: restore the old one
     return sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith(PREFIX))
 
 
@@ -200,11 +183,3 @@ def _unflatten_optimizer(tensors: dict[str, np.ndarray], meta: dict[str, Any]) -
     for param_id, values in meta["scalars"].items():
         state.setdefault(int(param_id), {}).update(values)
     return {"state": state, "param_groups": meta["param_groups"]}
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -17,11 +17,10 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from learner.atomic import atomic_write_text
 from learner.run_files import RunFilesError, writing
 from learner.tensorboard_log import STEP_KEY, TensorBoardLog
 
@@ -43,16 +42,7 @@ def drop_records_after(path: Path, update: int) -> int:
     kept = [line for line in lines if (number := _update_of(line)) is not None and number <= update]
     if len(kept) == len(lines):
         return 0
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as file:
-            file.writelines(line if line.endswith("\n") else line + "\n" for line in kept)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_text(path, "".join(line if line.endswith("\n") else line + "\n" for line in kept))
     return len(lines) - len(kept)
 
 

@@ -40,7 +40,6 @@ import logging
 import operator
 import os
 import re
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -50,7 +49,7 @@ import numpy as np
 from safetensors.numpy import load as load_safetensors
 from safetensors.numpy import save as save_safetensors
 
-from learner.checkpoint import _fsync
+from learner.atomic import atomic_write_bytes
 from protocol import Limits
 
 LOG = logging.getLogger(__name__)
@@ -217,7 +216,7 @@ class SnapshotStore:
         digest = hashlib.sha256(data).hexdigest()
         path = self.path_of(digest)
         if not self._is_intact(path, digest):
-            _atomic_write(path, data)
+            atomic_write_bytes(path, data)
         entry = Snapshot(index=len(self._snapshots), hash=digest, update=update, policy_version=policy_version,
                          created=time.time(), num_bytes=len(data))
         self._write_index([*self._snapshots, entry])
@@ -359,25 +358,10 @@ class SnapshotStore:
 
     def _write_index(self, entries: list[Snapshot]) -> None:
         doc = {"format": INDEX_FORMAT, "snapshots": [asdict(entry) for entry in entries]}
-        _atomic_write(self.root / INDEX_NAME, json.dumps(doc, indent=1).encode())
+        atomic_write_bytes(self.root / INDEX_NAME, json.dumps(doc, indent=1).encode())
 
 
 def _check_hash(digest: str) -> str:
     if not isinstance(digest, str) or not _HASH_RE.fullmatch(digest):
         raise ValueError(f"a snapshot hash is 64 lowercase hex digits (sha256), got {digest!r:.80}")
     return digest
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a hidden temp file in the same directory: fsync, rename, fsync the dir."""
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync(path.parent)

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import os
 import struct
 
 import pytest
@@ -247,7 +248,7 @@ def test_resave_same_update_is_atomic(tmp_path, monkeypatch, crash_on_rename):
     """A crash at either rename of a re-save (old aside, new into place) still leaves a checkpoint."""
     policy, optimizer = trained()
     save(tmp_path, policy=policy, optimizer=optimizer, state=state_for(5), keep=1)
-    real_rename, calls = ckpt.os.rename, []
+    real_rename, calls = os.rename, []
 
     def crash(*args, **kwargs):
         calls.append(args)
@@ -255,7 +256,7 @@ def test_resave_same_update_is_atomic(tmp_path, monkeypatch, crash_on_rename):
             raise KeyboardInterrupt("killed mid-save")
         return real_rename(*args, **kwargs)
 
-    monkeypatch.setattr(ckpt.os, "rename", crash)
+    monkeypatch.setattr(os, "rename", crash)
     with pytest.raises(KeyboardInterrupt):
         save(tmp_path, policy=policy, optimizer=optimizer, state=state_for(5), keep=1)
     monkeypatch.undo()

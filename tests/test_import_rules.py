@@ -2,7 +2,8 @@
 
 Parses every module of the project's packages (imports inside functions included) and checks that each
 package imports only packages below it, that ``actors`` and ``learner`` never import each other, and that
-no module imports itself back through a circle of imports.
+no module imports itself back through a circle of imports; and that no module imports a private name (a leading
+underscore, dunders aside) from another module: what two modules share is public and has one owner.
 """
 
 from __future__ import annotations
@@ -49,6 +50,49 @@ def _graph() -> dict[str, set[str]]:
     files = {_module_name(p): p for pkg in LAYER for p in (REPO / pkg).rglob("*.py")}
     return {name: {target for target in _imports(path) if target in files and target != name}
             for name, path in files.items()}
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _private_imports(path: Path) -> list[str]:
+    """``module:line name`` for every private name ``path`` imports from another module (``from m import _x``,
+    ``import m._x``, ``from m._x import y``; relative imports and imports inside functions included)."""
+    module = _module_name(path)
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names if any(_is_private(part) for part in alias.name.split("."))]
+        elif isinstance(node, ast.ImportFrom) and node.module != "__future__":
+            source = "." * node.level + (node.module or "")
+            private_source = any(_is_private(part) for part in (node.module or "").split("."))
+            names = [f"{source}.{alias.name}" for alias in node.names if private_source or _is_private(alias.name)]
+        else:
+            continue
+        found.extend(f"{module}:{node.lineno} imports {name}" for name in names)
+    return found
+
+
+def test_no_private_name_is_imported_from_another_module():
+    files = [p for pkg in LAYER for p in sorted((REPO / pkg).rglob("*.py"))]
+    wrong = [line for path in files for line in _private_imports(path)]
+    assert not wrong, "private names imported from another module (make them public, or move them):\n" + \
+        "\n".join(wrong)
+
+
+def test_the_rule_catches_a_private_import(tmp_path, monkeypatch):
+    """The checker itself: private names are reported, in every import form; public names and dunders are not."""
+    monkeypatch.setattr(sys.modules[__name__], "REPO", tmp_path)
+    (tmp_path / "evaluation").mkdir()
+    bad = tmp_path / "evaluation" / "bad.py"
+    bad.write_text("from __future__ import annotations\nfrom learner.pool import Snapshot, _atomic_write\n"
+                   "import learner._hidden\nfrom ._local import thing\nfrom learner import __version__\n"
+                   "def f():\n    from learner.checkpoint import _fsync\n")
+    assert sorted(_private_imports(bad)) == ["evaluation.bad:2 imports learner.pool._atomic_write",
+                                             "evaluation.bad:3 imports learner._hidden",
+                                             "evaluation.bad:4 imports ._local.thing",
+                                             "evaluation.bad:7 imports learner.checkpoint._fsync"]
 
 
 def test_packages_import_only_lower_layers():
