@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from learner.row_checks import out_of_range_index
 from protocol.rows import ROW_FIELDS, RowLayout
+from protocol.validation import out_of_range_index
 
 LEARNER_FLOAT = frozenset({"dones"})
 """Row fields the learner reads as float32 (they multiply returns and recurrent states); int32 fields (the

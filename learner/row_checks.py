@@ -42,6 +42,7 @@ from envs.spaces import ActionSpace
 from learner.senders import Sender
 from protocol import Message, ProtocolError
 from protocol.rows import HOST_STATS, ROW_FIELDS
+from protocol.validation import out_of_range_index
 
 MAX_EPISODE_LENGTH = int(np.iinfo(np.int32).max)
 """Longest episode a host can report (envs write episode lengths into an int32 array)."""
@@ -185,19 +186,6 @@ def _check_flags(name: str, array: np.ndarray) -> None:
         return
     index = _first((array != 0) & (array != 1))
     raise ProtocolError("bad_flag", f"array '{name}' has {array[index]!r} at index {index}; flags are 0 or 1")
-
-
-def out_of_range_index(actions: np.ndarray, nvec: tuple[int, ...]) -> tuple[int, ...] | None:
-    """Index of the first discrete action outside ``[0, nvec[i])`` of its component, or None when all are in range.
-    ``actions`` is [..., len(nvec)] for several components, [...] for one."""
-    if actions.size == 0:
-        return None
-    high = np.asarray(nvec, dtype=np.int64)
-    components = actions.reshape(-1, len(nvec))
-    if components.min() >= 0 and (components.max(axis=0) < high).all():
-        return None
-    bound = high if len(nvec) > 1 else int(high[0])
-    return _first((actions < 0) | (actions >= bound))
 
 
 def _check_discrete_actions(actions: np.ndarray, space: ActionSpace) -> None:

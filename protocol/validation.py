@@ -15,7 +15,7 @@ import numpy as np
 from .framing import ALLOWED_DTYPES, dtype_name
 from .messages import Message, ProtocolError
 
-__all__ = ["ANY", "ArraySpec", "check_arrays", "check_leading_dims"]
+__all__ = ["ANY", "ArraySpec", "check_arrays", "check_leading_dims", "out_of_range_index"]
 
 #: Shape entry meaning "any size" in an :class:`ArraySpec`.
 ANY = -1
@@ -133,3 +133,17 @@ def check_arrays(msg: Message, specs: Mapping[str, ArraySpec]) -> None:
                 f"array '{name}' has {bad} non-finite value(s), first at index {first} "
                 f"({array[first]!r})",
             )
+
+
+def out_of_range_index(actions: np.ndarray, nvec: tuple[int, ...]) -> tuple[int, ...] | None:
+    """Index of the first discrete action outside ``[0, nvec[i])`` of its component, or None when all are in range.
+    ``actions`` is [..., len(nvec)] for several components, [...] for one. (The ingest's row checks and the learner's
+    batch both ask it, so it lives below both.)"""
+    if actions.size == 0:
+        return None
+    high = np.asarray(nvec, dtype=np.int64)
+    components = actions.reshape(-1, len(nvec))
+    if components.min() >= 0 and (components.max(axis=0) < high).all():
+        return None
+    bound = high if len(nvec) > 1 else int(high[0])
+    return tuple(int(i) for i in np.argwhere((actions < 0) | (actions >= bound))[0])

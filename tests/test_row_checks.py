@@ -23,9 +23,10 @@ from envs.rows import row_layout
 from learner.batch import BatchBuffers, to_batch
 from learner.ingest import Ingest
 from learner.row_checks import (LOG_FLOAT32_TINY, MAX_EPISODE_LENGTH, RowRules, check_rows, logprob_bounds,
-                                max_agent_steps, out_of_range_index, read_report)
+                                max_agent_steps, max_env_steps, read_report)
 from learner.senders import Sender, SenderRegistry
 from protocol import Limits, Message, MessageType, ProtocolError, encode
+from protocol.validation import out_of_range_index
 
 POLICY_VERSION, MAX_LAG, MAX_ABS = 7, 3, 1e6
 TOKEN = "f" * 32
@@ -98,7 +99,8 @@ def genuine(case: Case, rng: np.random.Generator) -> tuple[dict[str, np.ndarray]
     arrays["states"][:] = rng.normal(0, 1, arrays["states"].shape)
     agents_per_env = spec.num_agents
     agent_steps = int(rng.integers(0, n * (case.horizon - 1) + 1))
-    env_steps = -(-agent_steps // agents_per_env) + int(rng.integers(0, n + 1))
+    env_steps = min(-(-agent_steps // agents_per_env) + int(rng.integers(0, n + 1)),  # within the sanity cap
+                    max_env_steps(n, case.sender, rules_of(case)))
     episodes = int(rng.integers(0, min(env_steps * agents_per_env, agent_steps + case.sender.agent_slots, 4) + 1))
     lengths = [int(x) for x in rng.integers(1, 500, episodes)]
     fields = {"num_rows": n, "env_steps": env_steps, "agent_steps": agent_steps,
