@@ -27,6 +27,7 @@ def test_cli_errors_name_the_problem(argv, message, capsys):
     assert message in err
 
 
+@pytest.mark.integration
 def test_cli_error_from_a_real_process():
     result = subprocess.run([sys.executable, "-m", "actors", "--n", "-3"], cwd=REPO, capture_output=True,
                             text=True, timeout=60)
@@ -34,6 +35,7 @@ def test_cli_error_from_a_real_process():
     assert "--n must be at least 1, got -3" in result.stderr
 
 
+@pytest.mark.integration
 def test_segments_of_dead_owners_are_removed_and_live_ones_kept():
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                           text=True).stdout.strip()
@@ -117,6 +119,7 @@ def test_an_internal_error_propagates_with_its_traceback(in_process):
         main(["--learner", "tcp://127.0.0.1:1"])
 
 
+@pytest.mark.integration
 def test_version_prints_the_package_version():
     import importlib.metadata
 
@@ -138,6 +141,7 @@ def test_waiting_notice_names_the_address_time_and_what_to_check():
     assert "firewall" not in local and "needs --curve-server-key and --curve-client-key" in local
 
 
+@pytest.mark.integration
 def test_a_host_without_a_learner_keeps_saying_where_it_waits(tmp_path):
     from tests.processes import descendants, free_port_triple, kill_tree, shm_segments, start, wait_for
 

@@ -19,6 +19,8 @@ from hypothesis import strategies as st
 
 from tests.processes import alive, descendants, free_port_triple, wait_for
 
+pytestmark = pytest.mark.integration
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -97,6 +99,7 @@ def test_coma_spread_bench_scores_random_scripted_and_coma_team_returns() -> Non
     assert policies["coma"]["transitions"] >= 128
 
 
+@pytest.mark.slow
 def test_coma_spread_pipeline_bench_scores_the_checkpoint_and_plots_the_curve(tmp_path: Path) -> None:
     before = set(Path("/dev/shm").glob("sluice_*"))
     plot = tmp_path / "coma.png"
@@ -187,6 +190,7 @@ C4_SMOKE_SETTINGS = ("trainer.total_timesteps=12000", "trainer.batch_size=2048",
 """A Connect Four run of a few updates that still evaluates snapshots and keeps a best one."""
 
 
+@pytest.mark.slow
 def test_connect4_strength_bench_trains_plays_the_best_and_rates_the_kept_best(tmp_path: Path) -> None:
     before = set(Path("/dev/shm").glob("sluice_*"))
     table, kept = tmp_path / "c4.md", tmp_path / "runs"

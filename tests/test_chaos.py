@@ -13,8 +13,9 @@ import pytest
 from tests.netns import NFT, missing_requirements
 from tests.processes import REPO
 
-pytestmark = pytest.mark.skipif(missing_requirements() is not None or not Path(NFT).exists(),
-                                reason=missing_requirements() or "nftables' nft is missing (ops/setup.sh installs it)")
+pytestmark = [pytest.mark.integration,
+              pytest.mark.skipif(missing_requirements() is not None or not Path(NFT).exists(),
+                                 reason=missing_requirements() or "nftables' nft is missing (ops/setup.sh installs it)")]
 
 
 def test_the_chaos_run_recovers_from_every_case(tmp_path):

@@ -91,6 +91,7 @@ def test_the_manifest_is_the_last_file_written(tmp_path, monkeypatch):
     assert seen == [{p.name for p in path.iterdir()} - {MANIFEST}]
 
 
+@pytest.mark.integration
 def test_flipped_exponent_bytes_are_a_sha256_mismatch(tmp_path):
     path = save_one(tmp_path, 1)
     flip_exponents(path / "model.safetensors")
@@ -194,6 +195,7 @@ def test_a_checkpoint_older_code_wrote_loads_with_a_note(tmp_path):
                              "its files' checksums are not checked, only its weights and counters"]
 
 
+@pytest.mark.integration
 def test_the_newest_intact_checkpoint_is_chosen_and_the_damaged_ones_moved_aside(tmp_path):
     for update in (10, 20, 30, 40):
         save_one(tmp_path, update)
@@ -217,6 +219,7 @@ def test_the_newest_intact_checkpoint_is_chosen_and_the_damaged_ones_moved_aside
     assert [p.name for p in list_checkpoints(tmp_path)] == ["update_00000020", "update_00000030"]
 
 
+@pytest.mark.integration
 def test_one_damaged_newest_says_it_in_one_line(tmp_path):
     for update in (30, 40):
         save_one(tmp_path, update)
@@ -226,6 +229,7 @@ def test_one_damaged_newest_says_it_in_one_line(tmp_path):
         "update_00000030"]
 
 
+@pytest.mark.integration
 def test_no_intact_checkpoint_is_one_error_naming_each(tmp_path):
     for update in (1, 2):
         save_one(tmp_path, update)
@@ -249,6 +253,7 @@ def test_checkpoint_n_picks_one_and_sets_the_newer_aside(tmp_path):
         "superseded-update_00000002", "superseded-update_00000003", "update_00000001"]
 
 
+@pytest.mark.integration
 def test_checkpoint_n_that_does_not_exist_or_is_damaged_names_the_ones_that_exist(tmp_path):
     for update in (1, 2):
         save_one(tmp_path, update)
@@ -371,6 +376,7 @@ def run(tmp_path):
     r.close()
 
 
+@pytest.mark.integration
 def test_a_resumed_learner_names_the_damaged_checkpoint_and_resumes_from_the_previous(run):
     learner, actors = run.learner(), run.actors(1)
     assert wait_for(lambda: len(metrics(run.run_dir)) >= 3, 120), run.log("learner.log")

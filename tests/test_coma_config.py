@@ -87,6 +87,7 @@ def test_wrong_types_name_the_key(override, words):
     assert msg.startswith("coma.") and override.split("=")[0] in msg and words in msg
 
 
+@pytest.mark.integration
 def test_print_config_shows_the_coma_section():
     done = subprocess.run([sys.executable, "-m", "learner", "--print-config", "--set", "coma.hidden_sizes=[32, 32]"],
                           cwd=REPO, capture_output=True, text=True, timeout=120, check=True)

@@ -6,6 +6,7 @@ past the random policy on the probe."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from configs.loader import load_config
@@ -61,6 +62,7 @@ def probe_trainer(default_action: str, seed: int = 0) -> tuple[SerialComa, OnlyA
     return SerialComa(env, shapes, section, seed=seed, buffers=StepBuffers.allocate(env.spec, env.num_envs)), env
 
 
+@pytest.mark.slow
 def test_only_the_deciding_agent_gets_credit_and_its_advantage_has_the_right_sign():
     trainer, _ = probe_trainer("zero")
     trainer.train(total_transitions=256 * 12)
@@ -80,6 +82,7 @@ def test_only_the_deciding_agent_gets_credit_and_its_advantage_has_the_right_sig
     assert (np.sign(advantages[clear, 0]) == np.sign(better_than_default[clear])).mean() > 0.9
 
 
+@pytest.mark.slow
 def test_the_deciding_agent_learns_its_action():
     trainer, env = probe_trainer("mean", seed=3)
     before = np.mean(evaluate_team_return(env, trainer.coma, trainer.buffers, episodes=64, seed=5))

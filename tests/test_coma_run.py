@@ -10,6 +10,8 @@ import pytest
 from learner.cli import main
 from tests.processes import Run, metrics, start
 
+pytestmark = pytest.mark.integration
+
 FAST = ("--set", "coma.epochs=2", "--set", "coma.hidden_sizes=[64, 64]")
 
 

@@ -280,6 +280,7 @@ def test_plan_table_prints_numbers(capsys, monkeypatch):
     assert "quantity" in table.splitlines()[0]
 
 
+@pytest.mark.integration
 def test_plan_subprocess():
     proc = subprocess.run([sys.executable, "-m", "learner", "--config", "configs/defaults.yaml",
                            "--set", "env.num_agents=3", "--plan", "--json"],
@@ -395,6 +396,7 @@ def test_set_inside_a_key_that_is_not_a_mapping_is_an_error():
     assert "unknown section 'nv'" in config_error("nv.kwargs.n=6")
 
 
+@pytest.mark.integration
 def test_a_config_name_finds_the_shipped_file_from_any_directory(tmp_path):
     done = subprocess.run([sys.executable, "-m", "learner", "--config", "selfplay_connect4", "--print-config"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)

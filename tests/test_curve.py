@@ -144,6 +144,7 @@ def _run(module: str, *args: str, cwd=REPO) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.integration
 def test_learner_cli_security_errors(tmp_path, keys):
     wide = _run("learner", "--run-dir", str(tmp_path / "run"), "--set", "network.host=0.0.0.0")
     assert wide.returncode == 2
@@ -158,6 +159,7 @@ def test_learner_cli_security_errors(tmp_path, keys):
     assert half.returncode == 2 and "CURVE needs both" in half.stderr
 
 
+@pytest.mark.integration
 def test_actors_cli_security_errors(keys):
     remote = _run("actors", "--learner", "tcp://10.1.2.3:5555")
     assert remote.returncode == 2
@@ -171,6 +173,7 @@ def test_actors_cli_security_errors(keys):
     assert wrong.returncode == 2 and "holds only a public key; pass the .key_secret file" in wrong.stderr
 
 
+@pytest.mark.integration
 def test_pool_server_cli_bind_rule(tmp_path):
     wide = _run("learner.pool_server", "--run-dir", str(tmp_path), "--bind", "tcp://0.0.0.0:5560")
     assert wide.returncode == 2

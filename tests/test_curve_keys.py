@@ -184,6 +184,7 @@ def _run(module: str, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.integration
 def test_strict_keys_refuses_an_open_secret_key_in_both_clis(keys, tmp_path):
     os.chmod(keys / "server.key_secret", 0o640)
     learner = _run("learner", "--run-dir", str(tmp_path / "run"), "--strict-keys",
@@ -230,6 +231,7 @@ def test_a_curve_host_against_a_learner_without_curve_is_told_so(keys):
         context.term()
 
 
+@pytest.mark.integration
 def test_a_host_with_the_wrong_server_key_stops_and_says_why(keys):
     context = zmq.Context()
     curve = load_server_curve(keys / "server.key_secret", keys / "allowed")
@@ -323,6 +325,7 @@ def curve_learner(tmp_path_factory):
             kill_tree(learner)
 
 
+@pytest.mark.integration
 def test_the_learner_warns_about_its_open_secret_key(curve_learner):
     run, keys = curve_learner
     secret = keys / "server.key_secret"
@@ -330,6 +333,7 @@ def test_the_learner_warns_about_its_open_secret_key(curve_learner):
             f"{secret} (--strict-keys refuses such a file)") in run.log("learner.log").splitlines()
 
 
+@pytest.mark.integration
 def test_a_learner_refuses_a_host_whose_key_was_removed(curve_learner):
     run, keys = curve_learner
     first = _link(keys, run.port, "revoked")
@@ -352,6 +356,7 @@ def test_a_learner_refuses_a_host_whose_key_was_removed(curve_learner):
                     in run.log("learner.log"), 2), run.log("learner.log")
 
 
+@pytest.mark.integration
 def test_a_connected_host_whose_key_is_removed_is_dropped_and_refused_when_it_registers_again(curve_learner):
     run, keys = curve_learner
     link = _link(keys, run.port, "spare")

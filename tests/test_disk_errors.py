@@ -147,6 +147,7 @@ def fill(disk: Path) -> None:
                 return
 
 
+@pytest.mark.integration
 def test_a_full_disk_stops_the_learner_with_one_line_and_the_hosts_with_it(tmp_path, tmpfs):
     run = Run(tmp_path, "--set", "trainer.target_episode_return=null", "--set", "run.checkpoint_interval=1",
               "--set", "trainer.batch_size=2048", "--set", "trainer.minibatch_size=1024", "--plain")
@@ -178,6 +179,7 @@ def read_only(disk: Path) -> None:
     subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
 
 
+@pytest.mark.integration
 def test_a_fresh_run_in_a_read_only_directory_is_one_line_and_exit_1(tmp_path, tmpfs):
     read_only(tmpfs)
     done = subprocess.run([sys.executable, "-m", "learner", "--config", CARTPOLE, "--run-dir", str(tmpfs / "run")],
@@ -188,6 +190,7 @@ def test_a_fresh_run_in_a_read_only_directory_is_one_line_and_exit_1(tmp_path, t
     assert "Traceback" not in done.stderr + done.stdout, done.stderr
 
 
+@pytest.mark.integration
 def test_resuming_a_read_only_run_directory_is_one_line_and_exit_1(tmpfs, capsys):
     run_dir = new_run_dir(load_config(CARTPOLE), tmpfs / "run")
     save_checkpoint(run_dir, learned=learned(), state=TrainerState(update=2), keep=3)
@@ -200,6 +203,7 @@ def test_resuming_a_read_only_run_directory_is_one_line_and_exit_1(tmpfs, capsys
     assert errors == [f"python -m learner: error: cannot write {run_dir}: Read-only file system"], err
 
 
+@pytest.mark.integration
 def test_save_checkpoint_on_a_real_full_disk_leaves_the_last_one_loadable(tmpfs):
     previous = save_checkpoint(tmpfs, learned=learned(), state=TrainerState(update=1), keep=3)
     fill(tmpfs)

@@ -18,6 +18,8 @@ from learner.coma_algorithm import Coma
 from tests.distributed_coma_case import SECTION, SHAPES, make_coma_case, run_coma_steps
 from tests.distributed_update_worker import TIMEOUT_EXIT, build_learner, make_case, run_update
 
+pytestmark = pytest.mark.integration
+
 REPO = Path(__file__).resolve().parents[1]
 ROWS = 8
 PROCESS_WAIT_S = 120.0

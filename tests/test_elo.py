@@ -289,6 +289,7 @@ def test_cli_bad_mode_is_an_argparse_error(capsys):
     assert "python -m evaluation.elo: error: argument --tournament-mode" in capsys.readouterr().err
 
 
+@pytest.mark.integration
 def test_learner_elo_is_an_alias_under_its_own_name(tmp_path):
     """`python -m learner.elo` (the earlier name) runs the same tool and names itself in errors."""
     done = subprocess.run([sys.executable, "-m", "learner.elo", "--run-dir", str(tmp_path / "missing")],

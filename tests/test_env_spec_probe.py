@@ -15,6 +15,8 @@ from envs.cartpole import CartPoleVec
 from envs.errors import EnvConfigError, EnvRaised
 from envs.registry import env_spec, probe_env_spec
 
+pytestmark = pytest.mark.integration
+
 
 def test_builtin_spec_is_declared_without_a_child():
     assert probe_env_spec(EnvConfig(name="cartpole")) == CartPoleVec.SPEC

@@ -12,6 +12,8 @@ import pytest
 from tests import faulty_envs
 from tests.processes import Run, metrics
 
+pytestmark = pytest.mark.integration
+
 SPREAD = "configs/mpe_spread.yaml"
 
 

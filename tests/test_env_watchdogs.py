@@ -35,6 +35,8 @@ from envs.rows import row_layout
 from envs.spaces import ActionSpace
 from tests.processes import shm_segments
 
+pytestmark = pytest.mark.integration
+
 DEADLINE_S = 2.0
 WAIT_BOUND_S = 60.0
 """Longest any test waits for the workers (a loaded machine is slow to spawn; a pass is much faster)."""

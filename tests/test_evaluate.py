@@ -165,6 +165,7 @@ def test_video_of_an_env_it_cannot_draw_is_an_error(tmp_path: Path, capsys) -> N
     assert code == 2 and "allowed envs: 'cartpole', 'gridworld', 'connect_four'" in err
 
 
+@pytest.mark.integration
 def test_module_runs_as_a_command(cartpole_run: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "learner.evaluate", "--run-dir", str(cartpole_run),
                            "--episodes", "2"], cwd=REPO, capture_output=True, text=True, timeout=120)

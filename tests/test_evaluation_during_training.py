@@ -328,6 +328,7 @@ def test_real_games_and_the_cli(tmp_path, capsys):
     assert "does not exist" in capsys.readouterr().err
 
 
+@pytest.mark.integration
 def test_the_evaluator_exits_when_its_parent_is_gone(tmp_path):
     run_dir = make_run(tmp_path / "run", 1)
     parent = (f"import os, subprocess, sys; child = subprocess.Popen([sys.executable, '-m', 'evaluation.during_training', "
@@ -407,6 +408,7 @@ SMALL = ["--set", "trainer.batch_size=2048", "--set", "trainer.minibatch_size=10
          "--set", "evaluation.baselines=[random, one_ply]"]
 
 
+@pytest.mark.integration
 def test_learner_runs_the_evaluator_and_leaves_nothing_behind(tmp_path):
     run = Run(tmp_path, *SMALL, config="configs/selfplay_connect4.yaml")
     try:

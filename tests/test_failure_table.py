@@ -24,6 +24,7 @@ import os
 import signal
 from pathlib import Path
 
+import pytest
 import torch
 
 from configs.plan import make_plan
@@ -32,6 +33,8 @@ from learner.batch import RowBatch
 from learner.ppo_algorithm import PPO
 from tests.processes import Run, alive, descendants, metrics, start, wait_for
 from tests.test_ppo import SPEC, make_case, make_trainer
+
+pytestmark = pytest.mark.integration
 
 TINY = ["--set", "trainer.batch_size=2048", "--set", "trainer.minibatch_size=1024",
         "--set", "trainer.target_episode_return=null"]

@@ -10,6 +10,8 @@ import pytest
 from actors.shm import unlink
 from tests.processes import Run, alive, kill_tree, metrics, shm_segments, wait_for
 
+pytestmark = pytest.mark.integration
+
 PEER_TIMEOUT_S = 3
 
 

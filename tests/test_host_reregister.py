@@ -7,6 +7,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 
 from actors.host import ActorHost, config_differences, describe_config_change, weight_shapes
 from actors.stop_flag import StopFlag
@@ -63,6 +64,8 @@ def test_weights_of_another_model_make_the_host_register_again_instead_of_loadin
     assert loaded == [9] and host.state.last_reply == 100.0
 
 
+@pytest.mark.integration
+@pytest.mark.slow
 def test_host_rebuilds_for_a_learner_restarted_with_another_config(tmp_path):
     run = Run(tmp_path)
     try:
@@ -95,6 +98,7 @@ def test_host_rebuilds_for_a_learner_restarted_with_another_config(tmp_path):
         run.close()
 
 
+@pytest.mark.integration
 def test_same_config_under_a_new_run_id_keeps_the_host(tmp_path):
     """The --resume case: the learner restarts with the same config, and the host just registers again."""
     run = Run(tmp_path)

@@ -9,6 +9,8 @@ import pytest
 
 from tests.processes import Run, metrics
 
+pytestmark = pytest.mark.integration
+
 SLOW_LEARNER_SMALL_BLOCKS = ["--set", "network.rows_per_message=2", "--set", "trainer.update_epochs=8",
                              "--set", "trainer.target_episode_return=null"]
 CASES = {

@@ -11,6 +11,8 @@ import zmq
 from protocol import Message, MessageType, decode, encode
 from tests.processes import Run, alive, metrics, shm_segments, start, wait_for
 
+pytestmark = pytest.mark.integration
+
 REQUIRED_METRICS = ("update", "env_steps", "agent_steps", "sps", "episode_return_mean", "episode_length_mean",
                     "policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "explained_variance",
                     "learning_rate", "policy_version", "policy_lag_mean")
@@ -23,6 +25,7 @@ def run(tmp_path):
     r.close()
 
 
+@pytest.mark.slow
 def test_cartpole_trains_to_475(run):
     learner = run.learner()
     actors = run.actors(2)
@@ -45,6 +48,7 @@ def test_cartpole_trains_to_475(run):
     run.assert_clean()
 
 
+@pytest.mark.slow
 def test_two_actor_hosts_started_before_the_learner(run):
     first, second = run.actors(1, log="a1.log"), run.actors(1, log="a2.log")
     assert wait_for(lambda: "waiting for the learner" in run.log("a1.log"), 30)
@@ -88,6 +92,7 @@ def test_ctrl_c_on_actor_host_reaps_workers_and_shared_memory(run):
     run.assert_clean()
 
 
+@pytest.mark.slow
 def test_resume_continues_from_the_last_checkpoint(run):
     first = run.learner("--set", "trainer.target_episode_return=null", "--set", "trainer.total_timesteps=60000")
     actors = run.actors(2)

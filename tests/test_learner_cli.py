@@ -106,6 +106,7 @@ def test_a_metrics_port_in_use_is_one_line_naming_the_setting_and_leaves_no_run_
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.integration
 def test_an_env_that_raises_in_its_constructor_shows_the_users_file_and_line(tmp_path):
     source, first = inspect.getsourcelines(faulty_envs.BrokenConstructor.__init__)
     line = first + next(i for i, text in enumerate(source) if 'track["height"]' in text)
@@ -119,6 +120,7 @@ def test_an_env_that_raises_in_its_constructor_shows_the_users_file_and_line(tmp
     assert f'faulty_envs.py", line {line}, in __init__' in done.stderr
 
 
+@pytest.mark.integration
 def test_a_port_in_use_leaves_no_run_dir_and_the_same_command_starts_once_it_is_free(tmp_path):
     args = learner_args(tmp_path)
     port = int(args[args.index("--set") + 1].split("=")[1])

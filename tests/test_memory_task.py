@@ -13,6 +13,8 @@ import pytest
 
 from tests.test_integration import Run, metrics
 
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
 CONFIG = "configs/probe_memory.yaml"
 MLP_TIMESTEPS = 200_000
 """The MLP's budget: about twice the env steps the LSTM needs to solve (90-120k on a 2-core machine)."""

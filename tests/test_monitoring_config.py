@@ -187,6 +187,7 @@ def promtool() -> str:
     return path
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("arguments", [
     ("check", "config", "prometheus.yml"),
     ("check", "rules", "alerts.yml"),

@@ -23,8 +23,9 @@ PARTITION_S = 15.0
 RESUME_BOUND_S = 30.0
 """Seconds from the heal to three more updates (the README's bound for a partition)."""
 
-pytestmark = pytest.mark.skipif(missing_requirements() is not None or not Path(NFT).exists(),
-                                reason=missing_requirements() or "nftables' nft is missing (ops/setup.sh installs it)")
+pytestmark = [pytest.mark.integration,
+              pytest.mark.skipif(missing_requirements() is not None or not Path(NFT).exists(),
+                                 reason=missing_requirements() or "nftables' nft is missing (ops/setup.sh installs it)")]
 
 
 @pytest.fixture

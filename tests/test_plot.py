@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 import yaml
 
 from learner.plot import group_curve, group_runs, load_run, main
@@ -58,6 +59,7 @@ def test_cli_writes_a_png(tmp_path: Path) -> None:
     assert out.read_bytes()[:8] == PNG_MAGIC
 
 
+@pytest.mark.integration
 def test_a_directory_without_metrics_is_an_error(tmp_path: Path) -> None:
     result = subprocess.run([sys.executable, "-m", "learner.plot", str(tmp_path)], capture_output=True, text=True)
     assert result.returncode == 2

@@ -22,6 +22,8 @@ from policies.factory import make_policy, state_arrays
 from protocol import Message, MessageType, decode, encode
 from tests.processes import free_ports, kill_tree, start, wait_for
 
+pytestmark = pytest.mark.integration
+
 CONFIG = "configs/selfplay_connect4.yaml"
 HUGE_BYTES = 5 * 2 ** 30
 """A sparse weights file this size takes no disk; reading it would take seconds and 5 GiB."""

@@ -224,6 +224,7 @@ def test_none_and_missing_values_do_not_crash(mode):
         assert "ret --" in out.getvalue() and "--/1,000,000" in out.getvalue()
 
 
+@pytest.mark.integration
 def test_the_learner_refuses_quiet_with_plain():
     done = subprocess.run([sys.executable, "-m", "learner", "--quiet", "--plain"], cwd=REPO, capture_output=True,
                           text=True, timeout=120)

@@ -33,8 +33,9 @@ def prometheus_binary() -> str | None:
 
 if prometheus_binary() is None and os.environ.get("CI"):
     pytest.fail("prometheus missing: bash ops/setup.sh installs Debian's prometheus as root", pytrace=False)
-pytestmark = pytest.mark.skipif(prometheus_binary() is None,
-                                reason="prometheus missing: run bash ops/setup.sh as root (installs Debian's prometheus)")
+pytestmark = [pytest.mark.integration,
+              pytest.mark.skipif(prometheus_binary() is None,
+                                 reason="prometheus missing: run bash ops/setup.sh as root (installs Debian's prometheus)")]
 
 
 def shipped_config_for(learner_metrics: str, into: Path) -> Path:

@@ -432,6 +432,7 @@ def test_fuzz_decode_only_raises_protocol_error() -> None:
             pytest.fail(f"decode raised {type(exc).__name__}: {exc} for frames {frames!r}")
 
 
+@pytest.mark.integration
 def test_protocol_does_not_import_torch() -> None:
     import subprocess
 

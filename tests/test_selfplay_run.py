@@ -18,6 +18,8 @@ from protocol import Limits
 from protocol.endpoints import parse_endpoint
 from tests.processes import REPO, Run, free_port_triple, metrics, start, wait_for
 
+pytestmark = pytest.mark.integration
+
 SMALL = ["--set", "trainer.batch_size=2048", "--set", "trainer.minibatch_size=1024",
          "--set", "trainer.forward_pass_minibatch_target_size=32", "--set", "trainer.total_timesteps=40000",
          "--set", "selfplay.snapshot_interval=2", "--set", "selfplay.alternation_steps=40",
@@ -31,6 +33,7 @@ def run(tmp_path):
     r.close()
 
 
+@pytest.mark.slow
 def test_selfplay_run_fills_the_pool_and_the_elo_tool_rates_it(run, tmp_path):
     learner = run.learner()
     actors = run.actors(2)
@@ -91,6 +94,7 @@ def test_actors_pool_address_is_checked():
     assert done.returncode == 2 and "python -m actors: error: --pool" in done.stderr
 
 
+@pytest.mark.slow
 def test_pool_survives_a_crash_and_resume(run):
     """The learner dies (SIGKILL) after snapshots past its last checkpoint; --resume retakes them once."""
     learner = run.learner("--set", "selfplay.snapshot_interval=1", "--set", "run.checkpoint_interval=3",

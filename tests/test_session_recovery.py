@@ -10,7 +10,11 @@ from __future__ import annotations
 import signal
 import time
 
+import pytest
+
 from tests.processes import Run, metrics, wait_for
+
+pytestmark = pytest.mark.integration
 
 PEER_TIMEOUT = ("--set", "network.peer_timeout_s=2", "--set", "network.heartbeat_interval_s=0.25")
 UNBOUNDED = ("--set", "trainer.target_episode_return=null")

@@ -18,6 +18,8 @@ import zmq
 from protocol import encode
 from tests.processes import descendants
 
+pytestmark = pytest.mark.integration
+
 REPO = Path(__file__).resolve().parents[1]
 MESSAGES_PER_SOCKET = 150
 LIAR = "registered-liar"

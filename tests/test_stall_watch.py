@@ -9,6 +9,8 @@ import re
 import signal
 import urllib.request
 
+import pytest
+
 from learner.ingest import IngestTotals
 from learner.stall_watch import StallRule, StallWatch, describe_cause
 from tests.processes import Run, metrics, wait_for
@@ -90,6 +92,7 @@ def _metric(url: str, name: str) -> float | None:
     return None if found is None else float(found.group(1))
 
 
+@pytest.mark.integration
 def test_a_host_whose_workers_are_all_stopped_is_a_stall_said_in_one_line_and_a_gauge(tmp_path):
     run = Run(tmp_path, "--set", "trainer.target_episode_return=null", "--set", "run.stall_min_s=1",
               "--set", "run.stall_factor=3", "--set", "env.step_timeout_s=600")

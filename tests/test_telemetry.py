@@ -203,6 +203,7 @@ def run_cli(module: str, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, capture_output=True, text=True, timeout=60)
 
 
+@pytest.mark.integration
 def test_actors_metrics_port_out_of_range_is_one_line():
     done = run_cli("actors", "--metrics-port", "70000")
     assert done.returncode == 2
@@ -210,6 +211,7 @@ def test_actors_metrics_port_out_of_range_is_one_line():
                            "port), got 70000\n")
 
 
+@pytest.mark.integration
 def test_actors_metrics_port_in_use_is_one_line_naming_the_option():
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -222,6 +224,7 @@ def test_actors_metrics_port_in_use_is_one_line_naming_the_option():
         "(choose another port with --metrics-port PORT; 0 takes a free one)")
 
 
+@pytest.mark.integration
 def test_pool_server_metrics_port_out_of_range_is_one_line(tmp_path):
     done = run_cli("learner.pool_server", "--run-dir", str(tmp_path), "--metrics-port", "-5")
     assert done.returncode == 2

@@ -15,6 +15,8 @@ import pytest
 
 from tests.processes import REPO, alive, descendants, free_ports, kill_tree, metrics, shm_segments, start, wait_for
 
+pytestmark = pytest.mark.integration
+
 RANKS = 2
 
 
@@ -87,6 +89,7 @@ def ranked(tmp_path, request):
     run.close()
 
 
+@pytest.mark.slow
 def test_two_ranks_and_two_actor_hosts_solve_cartpole(ranked):
     """Each host is routed to its own rank; the ranks' updates together solve CartPole."""
     first, second = ranked.actors(2, "a1.log"), ranked.actors(2, "a2.log")
@@ -109,6 +112,7 @@ def test_two_ranks_and_two_actor_hosts_solve_cartpole(ranked):
 
 
 @pytest.mark.parametrize("ranked", [("trainer.target_episode_return=null",)], indirect=True)
+@pytest.mark.slow
 def test_hosts_are_rebalanced_when_one_leaves(ranked):
     """One host feeds both ranks; a second takes one rank; when the first leaves, the second feeds both again and
     training goes on."""
@@ -161,6 +165,7 @@ def test_a_batch_that_does_not_split_over_the_ranks_stops_every_rank_with_the_nu
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_coma_trains_on_two_ranks(tmp_path):
     """COMA under torchrun: each rank keeps its host's transitions and draws half of every gradient step from them;
     rank 0 reports the whole batch (both ranks' transitions) and the averaged losses."""

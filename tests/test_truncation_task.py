@@ -22,6 +22,8 @@ from learner.checkpoint import list_checkpoints, load_checkpoint
 from policies.factory import make_policy
 from tests.processes import REPO, alive, descendants, free_port_triple, kill_tree, shm_segments, start, wait_for
 
+pytestmark = pytest.mark.integration
+
 CONFIG = REPO / "configs" / "probe_truncation.yaml"
 
 

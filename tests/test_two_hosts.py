@@ -24,7 +24,8 @@ PLAINTEXT_MARKERS = (PROTOCOL_TAG, b"registered", b"heartbeat", b"data_endpoint"
 """Strings every plaintext run sends: the protocol tag, message type names and field names (8+ bytes each, so
 encrypted traffic holds one by chance with negligible probability)."""
 
-pytestmark = pytest.mark.skipif(missing_requirements() is not None, reason=missing_requirements() or "")
+pytestmark = [pytest.mark.integration,
+              pytest.mark.skipif(missing_requirements() is not None, reason=missing_requirements() or "")]
 
 
 @pytest.fixture

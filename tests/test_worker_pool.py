@@ -24,6 +24,8 @@ from envs.cartpole import CartPoleVec
 from tests import faulty_envs
 from tests.processes import shm_segments
 
+pytestmark = pytest.mark.integration
+
 
 def native(entry_point: str, **kwargs) -> EnvConfig:
     return EnvConfig(name="native", entry_point=f"tests.faulty_envs:{entry_point}", kwargs=kwargs)
