@@ -36,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"learner control address (default {DEFAULT_LEARNER})")
     parser.add_argument("--pool", default=None,
                         help="opponent-pool server address for self-play (default: the learner's, which serves "
-                             "the pool itself; use this for `python -m learner.pool_server`)")
+                             "the pool itself; use this for `python -m learner.pool.server`)")
     security = parser.add_argument_group("multi-host security (CurveZMQ; keys from python -m protocol.keys)")
     security.add_argument("--curve-server-key", default="", metavar="FILE",
                           help="the learner's public server.key (required for a learner beyond loopback)")

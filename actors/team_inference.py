@@ -1,6 +1,6 @@
 """COMA's actors on an actor host: every agent of an env decided together by its own tanh-Gaussian actor.
 
-The weights are the learner's ``policies.team_actors.TeamActors`` (``learner.coma_algorithm.Coma.actors``). Each
+The weights are the learner's ``policies.team_actors.TeamActors`` (``learner.coma.algorithm.Coma.actors``). Each
 decision keeps the pre-tanh draw ``u`` (what the rows carry, so the learner recomputes log-probabilities without
 inverting tanh), the env action ``squash(u)`` on the env's Box, and each agent's behaviour log-probability.
 """

@@ -40,7 +40,7 @@ class RunSection:
     (oversubscribed, every small op waits on spinning threads: 2 on a 2-core COMA run made updates 3.7x slower)."""
     stall_factor: float = 10.0
     """With actor hosts registered, no update for this many times the usual interval between updates is a stall:
-    one line naming the likely cause, the sluice_learner_stalled gauge (learner/stall_watch.py)."""
+    one line naming the likely cause, the sluice_learner_stalled gauge (learner/monitor/stall_watch.py)."""
     stall_min_s: float = 60.0
     """Never a stall before this many seconds without an update (before the first update: 5 times this, from the
     first host's arrival)."""
@@ -135,10 +135,10 @@ class TrainerSection:
     update's remaining minibatches and epochs are skipped (null = off)."""
     norm_value_targets: bool = False
     """The value head predicts returns normalised by their running mean and std (kept in checkpoints); the value
-    loss, clipping included, is computed in that space (learner/value_normalization.py)."""
+    loss, clipping included, is computed in that space (learner/ppo/value_normalization.py)."""
     entropy_floor: float | None = None
     """Adaptive entropy: below this mean entropy the next update's ent_coef is raised (x1.5, at most 10x the
-    scheduled value), above it relaxed back toward the schedule (null = off; learner/entropy_control.py)."""
+    scheduled value), above it relaxed back toward the schedule (null = off; learner/ppo/entropy_control.py)."""
     compile: bool = False
     """torch.compile the learner's policy forward and loss."""
     compile_mode: str = "default"
@@ -291,7 +291,7 @@ class ComaSection:
     """Draws per agent and transition for default_action: sampled."""
     max_importance_weight: float = 1.0
     """c: the actor loss weighs a replayed action by min(pi/mu, c) (exactly the seed's gradient on fresh data;
-    bounded on stale replay, where the unweighted loss diverges); learner/coma_algorithm.py says why."""
+    bounded on stale replay, where the unweighted loss diverges); learner/coma/algorithm.py says why."""
     max_importance_weight_negative: float = 3.0
     """c_neg >= c: the cap for actions whose advantage is negative, min(pi/mu, c_neg) (dual-clip PPO's second clip, and
     its value 3): above c the policy still learns to leave a bad action it has come to prefer (= c: one cap)."""

@@ -64,7 +64,7 @@ class GymnasiumVecEnv:
 
     def render_first(self) -> np.ndarray:
         """Env 0's current frame as [height, width, 3] uint8, from its ``render()``: the envs must have been made
-        with ``render_mode='rgb_array'`` (env.kwargs), as ``python -m learner.evaluate --video`` makes them."""
+        with ``render_mode='rgb_array'`` (env.kwargs), as ``python -m evaluation.evaluate --video`` makes them."""
         frame = self._envs[0].render()
         if not isinstance(frame, np.ndarray) or frame.ndim != 3 or frame.shape[-1] < 3:
             raise EnvConfigError(f"gymnasium env '{self.gym_id}' rendered {type(frame).__name__} instead of an RGB "

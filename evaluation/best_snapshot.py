@@ -13,9 +13,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from learner.jsonl import json_records
-from learner.atomic import atomic_write_bytes, atomic_write_text
-from learner.pool import Snapshot
+from learner.run.jsonl import json_records
+from learner.run.atomic import atomic_write_bytes, atomic_write_text
+from learner.pool.store import Snapshot
 
 BEST_DIR = "best"
 """The folder of the kept best snapshot, in the run directory."""

@@ -45,8 +45,8 @@ from evaluation.arena import MatchOutcome, Player, PolicyPlayer, play_match
 from evaluation.elo import EloError, baseline_player, pairing_seed, load_run_config, open_pool
 from evaluation.best_snapshot import BEST_DIR, KeptBest, kept_best_lineage, read_best, write_best
 from evaluation.kept_best_gate import GateResult, KeptBestGate
-from learner.evaluation_results import EVALUATION_RESULTS
-from learner.pool import Snapshot, SnapshotStore
+from learner.monitor.evaluation_results import EVALUATION_RESULTS
+from learner.pool.store import Snapshot, SnapshotStore
 
 PROG = "python -m evaluation.during_training"
 POLICY_NAME = "snapshot"

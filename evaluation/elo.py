@@ -47,9 +47,9 @@ from configs.baselines import BASELINE_ENVS, BASELINE_FORMS, baseline_strength
 from configs.schema import RunConfig
 from evaluation.best_snapshot import BEST_DIR, kept_best_lineage, read_best
 from evaluation.arena import MatchOutcome, Player, PolicyPlayer, baseline_player, play_match
-from learner.evaluation_results import EVALUATION_RESULTS
-from learner.run_dir import RunDirError, read_run_config
-from learner.pool import INDEX_NAME, Snapshot, SnapshotStore, SnapshotStoreError
+from learner.monitor.evaluation_results import EVALUATION_RESULTS
+from learner.run.run_dir import RunDirError, read_run_config
+from learner.pool.store import INDEX_NAME, Snapshot, SnapshotStore, SnapshotStoreError
 from evaluation.ratings import MatchResults, fit_ratings, plot_elo_over_snapshots, plot_win_rate_heatmap, write_tables
 
 PROG = "python -m evaluation.elo"

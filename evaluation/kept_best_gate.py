@@ -39,7 +39,7 @@ from envs.base import EnvSpec
 from evaluation.arena import MatchOutcome, PolicyPlayer, play_match
 from evaluation.best_snapshot import BEST_DIR, KeptBest
 from evaluation.elo import pairing_seed
-from learner.pool import SnapshotStore, SnapshotStoreError
+from learner.pool.store import SnapshotStore, SnapshotStoreError
 
 CHALLENGER_NAME = "snapshot"
 """The challenger's name in the gate's pairing seeds (the current kept best takes it too when it replays the

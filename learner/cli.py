@@ -25,16 +25,16 @@ import yaml
 from configs.loader import ConfigError, config_to_dict, load_config, resolve_config_path
 from configs.plan import PlanError, format_plan, make_plan, plan_rows
 from envs.errors import EnvConfigError
-from learner.addresses import AddressError, learner_curve
-from learner.progress import resolve_mode
+from learner.serve.addresses import AddressError, learner_curve
+from learner.monitor.progress import resolve_mode
 from configs.rank_plan import make_rank_plan, torchrun_world_size
 from configs.schema import RunConfig
 from protocol.curve import ServerCurve
 from protocol.bind_rule import InsecureEndpointError
 from protocol.curve import CurveKeyError
-from learner.resume_point import NoIntactCheckpoint, ResumePoint, pick_checkpoint
-from learner.run_dir import RunDirError, check_resumable, fresh_run_dir, resume_config, schedule_jump_warning
-from learner.run_files import RunFilesError, check_writable
+from learner.run.resume_point import NoIntactCheckpoint, ResumePoint, pick_checkpoint
+from learner.run.run_dir import RunDirError, check_resumable, fresh_run_dir, resume_config, schedule_jump_warning
+from learner.run.run_files import RunFilesError, check_writable
 
 USER_ERRORS = (ConfigError, PlanError, RunDirError, AddressError, EnvConfigError, CurveKeyError,
                InsecureEndpointError)
@@ -218,7 +218,7 @@ def _run_rank(args: argparse.Namespace, config: RunConfig, curve: ServerCurve | 
     follow it (learner/follower.py). The process group is left at the end, or, after a rank failure left collectives
     pending, the process ends at once (os._exit) once its output is flushed."""
     from learner.follower import FollowerRank
-    from learner.ranks import join_ranks, leave_ranks
+    from learner.ranks.context import join_ranks, leave_ranks
     from learner.trainer import Learner, install_signal_handlers, resolve_device
 
     try:

@@ -1,9 +1,9 @@
 """A learner rank other than 0 under torchrun (issue 15): its own data socket and share of the batch, the same
 updates as every rank, nothing else.
 
-It binds a data (PULL) socket at network.port + 3 + rank (learner/ranks.py), accepts rows from the actor hosts rank 0
+It binds a data (PULL) socket at network.port + 3 + rank (learner/ranks/context.py), accepts rows from the actor hosts rank 0
 routes to it (checked against the hosts rank 0 registered, which ``RankLink`` copies), fills batches of segments / K
-rows, and runs each update rank 0 decides (learner/rank_lockstep.py), its gradients averaged with the other ranks'.
+rows, and runs each update rank 0 decides (learner/ranks/lockstep.py), its gradients averaged with the other ranks'.
 Control, weights, checkpoints, metrics, the opponent pool and the console belong to rank 0. A signal asks rank 0 to
 stop the run; the follower leaves when rank 0 decides so (or when rank 0 is gone).
 """
@@ -23,19 +23,19 @@ import zmq
 
 from configs.schema import RunConfig
 from envs.registry import probe_env_spec
-from learner.addresses import AddressError, binding, learner_addresses
-from learner.batch import to_batch
-from learner.checkpoint import Checkpoint, load_checkpoint
-from learner.checkpoint_integrity import CheckpointDamaged
-from learner.distributed import CollectiveTimeout
-from learner.ingest import Ingest, open_ingest
-from learner.rank_link import RankLink
-from learner.rank_lockstep import FollowerLockstep
-from learner.rank_report import ReportCursor
-from learner.rank_store import STOP_PREFIX
-from learner.run_dir import RunDirError
-from learner.ranks import FACTS_TIMEOUT, RankContext, announce_endpoint, rank_data_binding
-from learner.senders import SenderRegistry
+from learner.serve.addresses import AddressError, binding, learner_addresses
+from learner.update.batch import to_batch
+from learner.run.checkpoint import Checkpoint, load_checkpoint
+from learner.run.checkpoint_integrity import CheckpointDamaged
+from learner.ranks.distributed import CollectiveTimeout
+from learner.serve.ingest import Ingest, open_ingest
+from learner.ranks.link import RankLink
+from learner.ranks.lockstep import FollowerLockstep
+from learner.ranks.report import ReportCursor
+from learner.ranks.store import STOP_PREFIX
+from learner.run.run_dir import RunDirError
+from learner.ranks.context import FACTS_TIMEOUT, RankContext, announce_endpoint, rank_data_binding
+from learner.serve.senders import SenderRegistry
 from protocol.curve import ServerCurve, ZapGuard
 
 LOG = logging.getLogger("sluice.learner.follower")
@@ -64,7 +64,7 @@ class FollowerRank:
     """One follower rank's process."""
 
     def __init__(self, config: RunConfig, ranks: RankContext, *, curve: ServerCurve | None) -> None:
-        from learner.algorithm_choice import learner_plan, make_algorithm, resolve_device  # the learner's own choices
+        from learner.build import learner_plan, make_algorithm, resolve_device  # the learner's own choices
 
         self.config = config
         self.ranks = ranks

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from configs.schema import TrainerSection
-from learner.checkpoint import TrainerState
+from learner.run.checkpoint import TrainerState
 
 
 @dataclass(frozen=True, kw_only=True)

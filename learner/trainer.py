@@ -4,7 +4,7 @@ metrics and stop rules.
 Threads: ``control`` (ROUTER, registration and heartbeats), ``ingest`` (PULL, row blocks into the
 double-buffered batch), ``metrics-http`` (Prometheus' /metrics and the actor hosts' discovery list) and the main
 thread (the update loop: update, publish, checkpoint, log). Stop with SIGINT/SIGTERM: the final checkpoint is
-written and actor hosts are told to exit. A run file that cannot be written (a full disk: learner/run_files.py) is
+written and actor hosts are told to exit. A run file that cannot be written (a full disk: learner/run/run_files.py) is
 one line and the same shutdown, without a final checkpoint, and exit 1.
 """
 
@@ -27,37 +27,37 @@ import zmq
 from envs.registry import probe_env_spec
 from configs.loader import config_to_dict
 from configs.schema import RunConfig
-from learner.addresses import AddressError, binding, learner_addresses, metrics_port
-from learner.algorithm_choice import learner_plan, make_algorithm, resolve_device
-from learner.batch import to_batch
-from learner.checkpoint import Checkpoint, TrainerState, list_checkpoints, save_checkpoint
-from learner.control import ControlCounts, ControlServer
-from learner.evaluation_results import EVALUATION_RESULTS, ResultsTail, evaluation_line, evaluation_metrics
-from learner.evaluator_process import EvaluatorProcess
-from learner.health import ValueHealthMonitor
-from learner.input_health import SaturationMonitor
-from learner.host_sizing import HostSizing
-from learner.ingest import Ingest, IngestSnapshot, open_ingest
-from learner.pool import SnapshotStore
-from learner.pool_metrics import PoolMetrics
-from learner.pool_server import PoolService
-from learner.progress import ProgressLine, ProgressMode
-from learner.prometheus_metrics import LearnerMetrics, RunCounts
-from learner.senders import SenderRegistry
-from learner.metrics_log import MetricsLog
-from learner.metrics_record import Lap, RunClock, metrics_record, outcome_rates
-from learner.distributed import CollectiveTimeout
-from learner.host_routing import HostRouting
-from learner.rank_link import RankLink
-from learner.rank_lockstep import LeaderLockstep, RankWaits, rank_wait_metrics
-from learner.ranks import RankContext, announce_endpoint, gather_endpoints
-from learner.reducer import SINGLE_PROCESS
-from learner.resume_point import ResumePoint, pick_checkpoint, settle
-from learner.run_files import RunFilesError, as_run_files_error
-from learner.run_record import write_run_record
-from learner.stall_watch import StallRule, StallWatch
+from learner.serve.addresses import AddressError, binding, learner_addresses, metrics_port
+from learner.build import learner_plan, make_algorithm, resolve_device
+from learner.update.batch import to_batch
+from learner.run.checkpoint import Checkpoint, TrainerState, list_checkpoints, save_checkpoint
+from learner.serve.control import ControlCounts, ControlServer
+from learner.monitor.evaluation_results import EVALUATION_RESULTS, ResultsTail, evaluation_line, evaluation_metrics
+from learner.monitor.evaluator_process import EvaluatorProcess
+from learner.monitor.health import ValueHealthMonitor
+from learner.update.input_health import SaturationMonitor
+from learner.serve.host_sizing import HostSizing
+from learner.serve.ingest import Ingest, IngestSnapshot, open_ingest
+from learner.pool.store import SnapshotStore
+from learner.pool.metrics import PoolMetrics
+from learner.pool.server import PoolService
+from learner.monitor.progress import ProgressLine, ProgressMode
+from learner.monitor.prometheus_metrics import LearnerMetrics, RunCounts
+from learner.serve.senders import SenderRegistry
+from learner.monitor.metrics_log import MetricsLog
+from learner.monitor.metrics_record import Lap, RunClock, metrics_record, outcome_rates
+from learner.ranks.distributed import CollectiveTimeout
+from learner.serve.host_routing import HostRouting
+from learner.ranks.link import RankLink
+from learner.ranks.lockstep import LeaderLockstep, RankWaits, rank_wait_metrics
+from learner.ranks.context import RankContext, announce_endpoint, gather_endpoints
+from learner.update.reducer import SINGLE_PROCESS
+from learner.run.resume_point import ResumePoint, pick_checkpoint, settle
+from learner.run.run_files import RunFilesError, as_run_files_error
+from learner.run.run_record import write_run_record
+from learner.monitor.stall_watch import StallRule, StallWatch
 from learner.stop_rules import check_stop_rules
-from learner.weights import WeightsPublisher
+from learner.serve.weights import WeightsPublisher
 from policies.factory import state_arrays
 from protocol import Limits
 from protocol.curve import ServerCurve, ZapGuard
@@ -78,13 +78,13 @@ class Learner:
     def __init__(self, config: RunConfig, run_dir: Path, *, resume: bool, curve: ServerCurve | None = None,
                  progress_mode: str = ProgressMode.PLAIN, ranks: RankContext | None = None,
                  resume_from: ResumePoint | None = None) -> None:
-        """``progress_mode``: how the console shows progress (learner.progress.ProgressMode); ``ranks``: rank 0 of a
+        """``progress_mode``: how the console shows progress (learner.monitor.progress.ProgressMode); ``ranks``: rank 0 of a
         data-parallel learner under torchrun (None: the single learner process); ``resume_from``: the checkpoint
         the command line chose (None: the newest intact one)."""
         self.config = config
         self.ranks = ranks
         self.lockstep: LeaderLockstep | None = None
-        """Several ranks: waits for the others before each update (learner/rank_lockstep.py)."""
+        """Several ranks: waits for the others before each update (learner/ranks/lockstep.py)."""
         self.update_cut_short = False
         """A learner rank failed inside an update: the weights are half-updated and not checkpointed."""
         self.curve = curve
@@ -113,7 +113,7 @@ class Learner:
         self.exit_code = 0
         """What run() returns: 0 when a stop rule finished the run, 128 + the signal's number when one stopped it."""
         self.files_failed = False
-        """A run file could not be written (learner/run_files.py): no final checkpoint, exit 1."""
+        """A run file could not be written (learner/run/run_files.py): no final checkpoint, exit 1."""
         self.pool: PoolService | None = None
         self.metrics: MetricsLog | None = None
         self.prometheus = LearnerMetrics(new_registry("learner"))
@@ -125,7 +125,7 @@ class Learner:
                                      stream=sys.stdout)
         self.value_health = ValueHealthMonitor()
         self.saturation = SaturationMonitor()
-        """Warns once when the value head stops explaining returns that vary (learner/health.py)."""
+        """Warns once when the value head stops explaining returns that vary (learner/monitor/health.py)."""
         self.evaluator = EvaluatorProcess(run_dir, config.evaluation) if config.evaluation.interval_updates else None
         """The child process evaluating pool snapshots against baselines (None: evaluation.interval_updates 0)."""
         self.evaluation_results = ResultsTail(run_dir / EVALUATION_RESULTS)
@@ -133,7 +133,7 @@ class Learner:
     def _last_checkpoint(self, point: ResumePoint | None) -> Checkpoint | None:
         """The checkpoint the run continues from: ``point``, else the newest intact one (NoIntactCheckpoint when none
         is); None in a run without one yet. Says what was damaged and moves newer checkpoints aside before anything
-        of the run is rewritten (learner/resume_point.py)."""
+        of the run is rewritten (learner/run/resume_point.py)."""
         if point is None and list_checkpoints(self.run_dir):
             point = pick_checkpoint(self.run_dir)
         if self.ranks is not None:  # the other ranks load the same one (learner/follower.py)

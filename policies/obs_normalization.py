@@ -5,7 +5,7 @@ image [C, H, W], one statistic per channel shared by every pixel). The statistic
 buffers of the policy module, so they travel with its ``state_dict``: in the checkpoint's ``model`` file and in the
 weights every actor host loads, which therefore normalises exactly as the learner does. Only the learner changes
 them, by calling ``update_obs_normalizer`` on the observations of each update before its forward passes
-(learner/ppo_algorithm.py); a forward pass only reads them, so evaluation and the arena see them frozen.
+(learner/ppo/algorithm.py); a forward pass only reads them, so evaluation and the arena see them frozen.
 """
 
 from __future__ import annotations

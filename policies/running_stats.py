@@ -1,7 +1,7 @@
 """Running mean and (population) variance merged batch by batch (Chan et al. 1979), per element of a fixed shape.
 
 One class for every running statistic in Sluice: the learner's return statistics (``trainer.norm_value_targets``,
-``learner/value_normalization.py``, shape ``()``) and the observation statistics the policy carries
+``learner/ppo/value_normalization.py``, shape ``()``) and the observation statistics the policy carries
 (``model.obs_norm``, ``policies/obs_normalization.py``, one per feature or channel). The statistics are float64
 buffers of an ``nn.Module``, so they travel with ``state_dict`` (checkpoints, and the weights the actors get).
 """
@@ -36,7 +36,7 @@ class RunningMeanStd(nn.Module):
     def update(self, values: torch.Tensor, gather: Callable[[torch.Tensor], torch.Tensor] | None = None) -> None:
         """Merge ``values`` [..., *shape] (every leading index one sample) into the statistics (Chan et al. 1979).
 
-        ``gather`` (a data-parallel learner's all-gather over its ranks, ``learner.reducer.Reducer.gather``): merge
+        ``gather`` (a data-parallel learner's all-gather over its ranks, ``learner.update.reducer.Reducer.gather``): merge
         every rank's ``values`` instead, exactly, from each rank's count, mean and variance; every rank then holds the
         same statistics. Every rank must call it, even with no values."""
         if values.dim() < len(self.shape) or tuple(values.shape[values.dim() - len(self.shape):]) != self.shape:

@@ -1,7 +1,7 @@
 """A team's actors for COMA (seeds/004): one ``GaussianActor`` per agent, or one shared actor fed a one-hot agent id.
 
 The same module acts on actor hosts (the weights the learner publishes) and learns in the learner
-(``learner.coma_algorithm.Coma``, which also keeps a target copy). ``heads`` maps every agent's observation to its
+(``learner.coma.algorithm.Coma``, which also keeps a target copy). ``heads`` maps every agent's observation to its
 own actor's (mean, log-std); sampling and squashing onto the env's Box are ``policies.tanh_gaussian``.
 """
 

@@ -4,7 +4,7 @@ A test not marked ``integration`` that starts a process (subprocess.Popen, os.fo
 a multiprocessing child or process pool, here or in the library code it calls) fails, naming what it started, so
 ``bash ops/test.sh --fast`` (``-m "not integration and not slow"``) never starts a learner, actor host, env worker or
 spawned child. Two short-lived tools are let through: ``git`` (a run records its source commit with ``git rev-parse``)
-and ``ffmpeg`` (imageio-ffmpeg's encoder behind ``learner.evaluate --video``).
+and ``ffmpeg`` (imageio-ffmpeg's encoder behind ``evaluation.evaluate --video``).
 
 Nothing happens at import: the audit hook and the multiprocessing wrapper are set up in pytest_configure.
 """

@@ -11,8 +11,8 @@ import numpy as np
 import torch
 
 from configs.schema import ComaSection
-from learner.coma_algorithm import Coma, transition_fields
-from learner.reducer import SINGLE_PROCESS, Reducer
+from learner.coma.algorithm import Coma, transition_fields
+from learner.update.reducer import SINGLE_PROCESS, Reducer
 from policies import tanh_gaussian
 from policies.team_actors import ComaShapes
 

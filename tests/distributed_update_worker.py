@@ -27,12 +27,12 @@ from configs.rank_plan import make_rank_plan
 from configs.schema import ModelSection, TrainerSection
 from envs.base import EnvSpec
 from envs.spaces import ActionSpace
-from learner.batch import TEAM_FIELDS, RowBatch
-from learner.distributed import CollectiveTimeout, init_learner_group
-from learner.ppo import ppo_update
-from learner.reducer import SINGLE_PROCESS, Reducer
-from learner.schedules import UpdateSchedule
-from learner.value_normalization import RunningMeanStd
+from learner.update.batch import TEAM_FIELDS, RowBatch
+from learner.ranks.distributed import CollectiveTimeout, init_learner_group
+from learner.ppo.update import ppo_update
+from learner.update.reducer import SINGLE_PROCESS, Reducer
+from learner.ppo.schedules import UpdateSchedule
+from learner.ppo.value_normalization import RunningMeanStd
 from policies.factory import make_policy
 from tests.distributed_coma_case import run_coma_steps
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from learner.advantage import _gae_torch, compute_advantages
+from learner.ppo.advantage import _gae_torch, compute_advantages
 
 
 def reference_gae(values, rewards, dones, ratios, *, gamma, gae_lambda, rho_clip=1.0, c_clip=1.0):

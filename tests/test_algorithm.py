@@ -9,10 +9,10 @@ import torch
 
 from configs.plan import make_plan
 from configs.schema import ModelSection
-from learner.checkpoint import TrainerState, load_checkpoint, save_checkpoint
-from learner.ppo import ppo_update
-from learner.ppo_algorithm import PPO, make_optimizer, make_reference, zero_value_head
-from learner.schedules import schedule_for
+from learner.run.checkpoint import TrainerState, load_checkpoint, save_checkpoint
+from learner.ppo.update import ppo_update
+from learner.ppo.algorithm import PPO, make_optimizer, make_reference, zero_value_head
+from learner.ppo.schedules import schedule_for
 from policies.factory import make_policy
 from tests.test_ppo import HORIZON, ROWS, SPEC, make_case, make_trainer
 

@@ -1,4 +1,4 @@
-"""learner/atomic.py: a file or a directory appears complete or not at all, and a failure leaves no temp behind."""
+"""learner/run/atomic.py: a file or a directory appears complete or not at all, and a failure leaves no temp behind."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from learner.atomic import (ASIDE_PREFIX, TEMP_PREFIX, atomic_directory, atomic_write_bytes, atomic_write_text,
+from learner.run.atomic import (ASIDE_PREFIX, TEMP_PREFIX, atomic_directory, atomic_write_bytes, atomic_write_text,
                             fsync_path, restore_set_aside)
 
 

@@ -10,12 +10,12 @@ import torch
 from configs.loader import ConfigError, load_config
 from configs.plan import make_plan
 from configs.schema import ModelSection
-from learner import ppo_algorithm
-from learner.autocast import autocast_context
-from learner.losses import Minibatch, minibatch_losses
-from learner.ppo import ppo_update
-from learner.ppo_algorithm import make_optimizer
-from learner.schedules import UpdateSchedule
+from learner.ppo import algorithm as ppo_algorithm
+from learner.ppo.autocast import autocast_context
+from learner.ppo.losses import Minibatch, minibatch_losses
+from learner.ppo.update import ppo_update
+from learner.ppo.algorithm import make_optimizer
+from learner.ppo.schedules import UpdateSchedule
 from policies.factory import make_policy
 from tests.test_ppo import HORIZON, ROWS, SPEC, make_case, make_trainer
 

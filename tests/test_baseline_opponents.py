@@ -16,8 +16,8 @@ from configs.loader import ConfigError, load_config
 from configs.schema import ModelSection, SelfPlaySection
 from envs.connect_four import ConnectFourVec
 from evaluation.arena import NegamaxPlayer, OnePlyPlayer, RandomPlayer
-from learner.pool import SnapshotStore, sample_baselines
-from learner.pool_server import PoolService
+from learner.pool.store import SnapshotStore, sample_baselines
+from learner.pool.server import PoolService
 from policies.factory import make_policy, state_arrays
 from protocol import Message, MessageType
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from envs.rows import row_layout
-from learner.batch import BatchBuffers, to_batch
+from learner.update.batch import BatchBuffers, to_batch
 from protocol.rows import ROW_FIELDS
 from tests.test_row_fields import HORIZON, LAYOUT, TEAM_SPEC
 

@@ -14,8 +14,8 @@ import torch
 from envs.base import EnvSpec
 from envs.spaces import ActionSpace
 from configs.schema import ModelSection
-from learner import checkpoint as ckpt
-from learner.checkpoint import LearnedState, TrainerState, list_checkpoints, load_checkpoint, save_checkpoint
+from learner.run import checkpoint as ckpt
+from learner.run.checkpoint import LearnedState, TrainerState, list_checkpoints, load_checkpoint, save_checkpoint
 from policies.factory import make_policy
 
 SPEC = EnvSpec(num_agents=1, obs_shape=(4,), obs_dtype="float32", action=ActionSpace.discrete(2))

@@ -19,11 +19,11 @@ from configs.loader import load_config
 from configs.schema import ModelSection
 from envs.base import EnvSpec
 from envs.spaces import ActionSpace
-from learner.checkpoint import LearnedState, TrainerState, list_checkpoints, load_checkpoint, save_checkpoint
-from learner.checkpoint_integrity import MANIFEST, CheckpointDamaged, write_manifest
+from learner.run.checkpoint import LearnedState, TrainerState, list_checkpoints, load_checkpoint, save_checkpoint
+from learner.run.checkpoint_integrity import MANIFEST, CheckpointDamaged, write_manifest
 from learner.cli import main
-from learner.resume_point import NoIntactCheckpoint, pick_checkpoint, settle
-from learner.run_dir import RunDirError, new_run_dir, resume_config
+from learner.run.resume_point import NoIntactCheckpoint, pick_checkpoint, settle
+from learner.run.run_dir import RunDirError, new_run_dir, resume_config
 from policies.factory import make_policy
 from tests.processes import REPO, Run, metrics, start, wait_for
 
@@ -78,8 +78,7 @@ def test_manifest_is_written_last_and_lists_every_file(tmp_path):
 
 
 def test_the_manifest_is_the_last_file_written(tmp_path, monkeypatch):
-    from learner import checkpoint as ckpt
-
+    from learner.run import checkpoint as ckpt
     seen: list[set[str]] = []
 
     def recording(directory: Path) -> Path:

@@ -1,4 +1,4 @@
-"""COMA's update (learner/coma_algorithm.py): agent i's actor loss moves only agent i's actor, gradients are clipped
+"""COMA's update (learner/coma/algorithm.py): agent i's actor loss moves only agent i's actor, gradients are clipped
 on the critic and on every actor, the critic loss is the TD error of the seed against NumPy, the actor loss equals
 the seed's -A * log pi in gradient on fresh data and stays bounded on stale replay, and the targets follow by tau."""
 
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from configs.loader import load_config
-from learner.coma_algorithm import Coma, ComaShapes, importance_weights, transition_fields
+from learner.coma.algorithm import Coma, ComaShapes, importance_weights, transition_fields
 from policies import tanh_gaussian
 
 SHAPES = ComaShapes(num_agents=3, obs_dim=4, state_dim=5, action_low=(0.0, -2.0), action_high=(1.0, 2.0),

@@ -11,9 +11,9 @@ import torch
 
 from configs.loader import load_config
 from envs.base import ActionSpace, EnvSpec, StepBuffers
-from learner.coma_algorithm import ComaShapes
-from learner.coma_serial import SerialComa, evaluate_team_return
-from learner.coma_targets import counterfactual_advantages
+from learner.coma.algorithm import ComaShapes
+from learner.coma.serial import SerialComa, evaluate_team_return
+from learner.coma.targets import counterfactual_advantages
 from policies import tanh_gaussian
 
 AGENTS = 3

@@ -1,4 +1,4 @@
-"""COMA as the learner's algorithm (learner/coma_learner.py): a batch of team rows is a rollout that goes into the
+"""COMA as the learner's algorithm (learner/coma/learner.py): a batch of team rows is a rollout that goes into the
 replay buffer and is trained on for coma.epochs epochs; a checkpoint keeps networks, optimizers and the replay
 buffer, and a learner loaded from it continues exactly where the first left off."""
 
@@ -10,10 +10,10 @@ import numpy as np
 import torch
 
 from configs.schema import ComaSection
-from learner.batch import to_batch
-from learner.checkpoint import TrainerState, load_checkpoint, save_checkpoint
-from learner.coma_learner import ComaLearner
-from learner.reducer import SingleProcessReducer
+from learner.update.batch import to_batch
+from learner.run.checkpoint import TrainerState, load_checkpoint, save_checkpoint
+from learner.coma.learner import ComaLearner
+from learner.update.reducer import SingleProcessReducer
 from tests.test_coma_rows import SPEC, random_rows
 
 SECTION = ComaSection(batch_size=16, epochs=2, rollout_length=24, buffer_size=50, hidden_sizes=[16])

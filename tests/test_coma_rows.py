@@ -1,4 +1,4 @@
-"""Team rows -> COMA's joint transitions (learner/coma_rows.py) against an independent NumPy reading of protocol.rows,
+"""Team rows -> COMA's joint transitions (learner/coma/rows.py) against an independent NumPy reading of protocol.rows,
 on random rows with episodes that end mid-row by termination and by truncation; and the ingest's counter check for
 team rows (a row step records every agent of its env)."""
 
@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 from envs.base import EnvSpec
 from envs.rows import row_layout
 from envs.spaces import ActionSpace
-from learner.batch import BatchBuffers, to_batch
-from learner.coma_rows import transitions_from_rows
-from learner.row_checks import RowRules, max_agent_steps
-from learner.senders import Sender
+from learner.update.batch import BatchBuffers, to_batch
+from learner.coma.rows import transitions_from_rows
+from learner.serve.row_checks import RowRules, max_agent_steps
+from learner.serve.senders import Sender
 
 AGENTS, OBS, ACTION, STATE = 3, 4, 2, 5
 LOW, HIGH = np.array([-1.0, 0.0]), np.array([1.0, 2.0])

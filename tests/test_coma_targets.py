@@ -1,4 +1,4 @@
-"""COMA's targets (learner/coma_targets.py) against independent NumPy versions on random inputs: the counterfactual
+"""COMA's targets (learner/coma/targets.py) against independent NumPy versions on random inputs: the counterfactual
 advantage for each default-action mode (with a toy critic whose Q is a known function, so the reference is exact),
 the TD target for terminated / truncated / neither / both, and the soft update."""
 
@@ -10,8 +10,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from learner.coma_critic import CentralCritic
-from learner.coma_targets import counterfactual_advantages, replace_each_agent, soft_update, td_target
+from learner.coma.critic import CentralCritic
+from learner.coma.targets import counterfactual_advantages, replace_each_agent, soft_update, td_target
 
 
 class ToyCritic:

@@ -16,7 +16,7 @@ from configs.loader import ConfigError, config_to_dict, load_config, parse_overr
 from configs.plan import PlanError, make_plan
 from configs.schema import RunConfig
 from learner.cli import build_parser, main, package_version, selfplay_overrides
-from learner.run_dir import RunDirError, new_run_dir, resume_config
+from learner.run.run_dir import RunDirError, new_run_dir, resume_config
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULTS = REPO / "configs" / "defaults.yaml"

@@ -19,10 +19,10 @@ import zmq.auth
 from actors.learner_link import LearnerLink, refuses_register
 from configs.plan import make_plan
 from configs.schema import TrainerSection
-from learner.control import HOST_NAME_CHARS, ControlServer
-from learner.host_sizing import HostSizing
-from learner.request_rate import PeerRateLimiter, RateLimit
-from learner.senders import SenderRegistry
+from learner.serve.control import HOST_NAME_CHARS, ControlServer
+from learner.serve.host_sizing import HostSizing
+from learner.serve.request_rate import PeerRateLimiter, RateLimit
+from learner.serve.senders import SenderRegistry
 from protocol import Limits, Message, MessageType, decode, encode
 from protocol.curve import ClientCurve, ServerCurve, ZapGuard
 from protocol.endpoints import parse_endpoint

@@ -175,6 +175,6 @@ def test_actors_cli_security_errors(keys):
 
 @pytest.mark.integration
 def test_pool_server_cli_bind_rule(tmp_path):
-    wide = _run("learner.pool_server", "--run-dir", str(tmp_path), "--bind", "tcp://0.0.0.0:5560")
+    wide = _run("learner.pool.server", "--run-dir", str(tmp_path), "--bind", "tcp://0.0.0.0:5560")
     assert wide.returncode == 2
     assert "the pool server would bind tcp://0.0.0.0:5560, beyond loopback" in wide.stderr

@@ -22,14 +22,14 @@ from configs.loader import load_config
 from configs.schema import ModelSection
 from envs.base import EnvSpec
 from envs.spaces import ActionSpace
-from learner import checkpoint as ckpt
-from learner import tensorboard_log
-from learner.checkpoint import LearnedState, TrainerState, list_checkpoints, load_checkpoint, save_checkpoint
+from learner.run import checkpoint as ckpt
+from learner.monitor import tensorboard_log
+from learner.run.checkpoint import LearnedState, TrainerState, list_checkpoints, load_checkpoint, save_checkpoint
 from learner.cli import main
-from learner.metrics_log import MetricsLog
-from learner.run_dir import new_run_dir
-from learner.run_files import RunFilesError, as_run_files_error, check_writable, writing
-from learner.run_record import _Tee
+from learner.monitor.metrics_log import MetricsLog
+from learner.run.run_dir import new_run_dir
+from learner.run.run_files import RunFilesError, as_run_files_error, check_writable, writing
+from learner.run.run_record import _Tee
 from policies.factory import make_policy
 from tests.processes import REPO, Run, metrics, wait_for
 

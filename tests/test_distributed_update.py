@@ -14,7 +14,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from configs.schema import TrainerSection
-from learner.coma_algorithm import Coma
+from learner.coma.algorithm import Coma
 from tests.distributed_coma_case import SECTION, SHAPES, make_coma_case, run_coma_steps
 from tests.distributed_update_worker import TIMEOUT_EXIT, build_learner, make_case, run_update
 

@@ -11,7 +11,7 @@ import torch
 from envs.base import EnvSpec
 from envs.spaces import ActionSpace
 from configs.schema import ModelSection
-from learner.losses import Minibatch, minibatch_losses
+from learner.ppo.losses import Minibatch, minibatch_losses
 from policies.distributions import ActionDistribution
 from policies.factory import make_policy
 

@@ -1,4 +1,4 @@
-"""The arena (evaluation/arena.py: batched matches, seats alternating) and the Elo tool (python -m evaluation.elo, also as python -m learner.elo)."""
+"""The arena (evaluation/arena.py: batched matches, seats alternating) and the Elo tool (python -m evaluation.elo, also as python -m evaluation.elo)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from configs.loader import load_config
 from configs.schema import RunConfig
 from evaluation import elo
 from evaluation.arena import MatchOutcome, NegamaxPlayer, OnePlyPlayer, PolicyPlayer, RandomPlayer, play_match
-from learner.pool import SnapshotStore
-from learner.run_dir import new_run_dir
+from learner.pool.store import SnapshotStore
+from learner.run.run_dir import new_run_dir
 from policies.factory import make_policy, state_arrays
 
 C4_SETTINGS = ["env.name=connect_four", "env.num_agents=2", "env.max_steps=0", "model.hidden_size=16",
@@ -290,9 +290,8 @@ def test_cli_bad_mode_is_an_argparse_error(capsys):
 
 
 @pytest.mark.integration
-def test_learner_elo_is_an_alias_under_its_own_name(tmp_path):
-    """`python -m learner.elo` (the earlier name) runs the same tool and names itself in errors."""
-    done = subprocess.run([sys.executable, "-m", "learner.elo", "--run-dir", str(tmp_path / "missing")],
+def test_the_elo_command_names_itself_in_errors(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "evaluation.elo", "--run-dir", str(tmp_path / "missing")],
                           cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
-    assert done.stderr.startswith("python -m learner.elo: error: run directory"), done.stderr
+    assert done.stderr.startswith("python -m evaluation.elo: error: run directory"), done.stderr

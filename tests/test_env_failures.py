@@ -15,9 +15,9 @@ from actors.env_failures import EnvErrorReport
 from actors.worker import _call
 from configs.schema import TrainerSection
 from envs.errors import EnvConfigError, EnvRaised
-from learner.control import ControlServer
-from learner.host_sizing import HostSizing
-from learner.senders import SenderRegistry
+from learner.serve.control import ControlServer
+from learner.serve.host_sizing import HostSizing
+from learner.serve.senders import SenderRegistry
 from protocol import Limits, Message, MessageType, decode, encode
 
 

@@ -1,4 +1,4 @@
-"""`python -m learner.evaluate` and `learner.load_policy` on run directories holding a freshly initialised policy."""
+"""`python -m evaluation.evaluate` and `evaluation.load_policy` on run directories holding a freshly initialised policy."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ import yaml
 
 from configs.loader import config_to_dict, load_config
 from envs.registry import env_spec
-from learner.checkpoint import LearnedState, TrainerState, save_checkpoint
-from learner.evaluate import main
-from learner.load_policy import LoadPolicyError, load_policy
+from learner.run.checkpoint import LearnedState, TrainerState, save_checkpoint
+from evaluation.evaluate import main
+from evaluation.load_policy import LoadPolicyError, load_policy
 from policies.factory import make_policy
 
 REPO = Path(__file__).resolve().parents[1]
@@ -127,7 +127,7 @@ def test_multi_agent_recurrent_and_masked_envs_with_video(tmp_path: Path, capsys
 def test_missing_run_dir_is_one_line_error(tmp_path: Path, capsys) -> None:
     code, out, err = evaluate(capsys, "--run-dir", str(tmp_path / "nope"))
     assert code == 2 and out == ""
-    assert err.strip().splitlines() == [f"python -m learner.evaluate: error: run directory {tmp_path / 'nope'} "
+    assert err.strip().splitlines() == [f"python -m evaluation.evaluate: error: run directory {tmp_path / 'nope'} "
                                         f"does not exist"]
 
 
@@ -148,7 +148,7 @@ def test_run_without_checkpoint_is_an_error(cartpole_run: Path, tmp_path: Path, 
     (empty / "config.yaml").write_text((cartpole_run / "config.yaml").read_text())
     code, _, err = evaluate(capsys, "--run-dir", str(empty))
     assert code == 2 and len(err.strip().splitlines()) == 1
-    assert err.startswith("python -m learner.evaluate: error: ") and "has no checkpoint" in err
+    assert err.startswith("python -m evaluation.evaluate: error: ") and "has no checkpoint" in err
 
 
 def test_absent_checkpoint_lists_available_ones(cartpole_run: Path, capsys) -> None:
@@ -167,7 +167,7 @@ def test_video_of_an_env_it_cannot_draw_is_an_error(tmp_path: Path, capsys) -> N
 
 @pytest.mark.integration
 def test_module_runs_as_a_command(cartpole_run: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "learner.evaluate", "--run-dir", str(cartpole_run),
+    done = subprocess.run([sys.executable, "-m", "evaluation.evaluate", "--run-dir", str(cartpole_run),
                            "--episodes", "2"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert SUMMARY.search(done.stdout)

@@ -22,9 +22,9 @@ from evaluation.best_snapshot import BEST_DIR, BEST_NAME, KeptBest, kept_best_li
 from evaluation.during_training import EvaluationSettings, Evaluator, due_snapshots, is_new_best
 from evaluation.elo import pairing_seed
 from evaluation.kept_best_gate import GateResult, KeptBestGate
-from learner.evaluation_results import ResultsTail, evaluation_line, evaluation_metrics
-from learner.pool import Snapshot, SnapshotStore
-from learner.run_dir import read_run_config
+from learner.monitor.evaluation_results import ResultsTail, evaluation_line, evaluation_metrics
+from learner.pool.store import Snapshot, SnapshotStore
+from learner.run.run_dir import read_run_config
 from tests.processes import REPO, Run, alive, descendants, wait_for
 from tests.test_elo import make_run
 

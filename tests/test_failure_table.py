@@ -29,8 +29,8 @@ import torch
 
 from configs.plan import make_plan
 from configs.schema import ModelSection
-from learner.batch import RowBatch
-from learner.ppo_algorithm import PPO
+from learner.update.batch import RowBatch
+from learner.ppo.algorithm import PPO
 from tests.processes import Run, alive, descendants, metrics, start, wait_for
 from tests.test_ppo import SPEC, make_case, make_trainer
 

@@ -1,4 +1,4 @@
-"""HostRouting (learner/host_routing.py): which learner ranks each actor host pushes its rows to.
+"""HostRouting (learner/serve/host_routing.py): which learner ranks each actor host pushes its rows to.
 
 The property test replays random add/remove sequences and checks, after every operation, the routing's invariants
 against an independent bookkeeping of the hosts and their agents.
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from learner.host_routing import HostRouting
+from learner.serve.host_routing import HostRouting
 
 HOSTS = [f"host{index}" for index in range(9)]
 """The host names the operations draw from (more than the largest K, so both regimes occur)."""

@@ -86,13 +86,13 @@ def test_the_rule_catches_a_private_import(tmp_path, monkeypatch):
     monkeypatch.setattr(sys.modules[__name__], "REPO", tmp_path)
     (tmp_path / "evaluation").mkdir()
     bad = tmp_path / "evaluation" / "bad.py"
-    bad.write_text("from __future__ import annotations\nfrom learner.pool import Snapshot, _atomic_write\n"
+    bad.write_text("from __future__ import annotations\nfrom learner.pool.store import Snapshot, _atomic_write\n"
                    "import learner._hidden\nfrom ._local import thing\nfrom learner import __version__\n"
-                   "def f():\n    from learner.checkpoint import _fsync\n")
-    assert sorted(_private_imports(bad)) == ["evaluation.bad:2 imports learner.pool._atomic_write",
+                   "def f():\n    from learner.run.checkpoint import _fsync\n")
+    assert sorted(_private_imports(bad)) == ["evaluation.bad:2 imports learner.pool.store._atomic_write",
                                              "evaluation.bad:3 imports learner._hidden",
                                              "evaluation.bad:4 imports ._local.thing",
-                                             "evaluation.bad:7 imports learner.checkpoint._fsync"]
+                                             "evaluation.bad:7 imports learner.run.checkpoint._fsync"]
 
 
 def test_packages_import_only_lower_layers():
@@ -104,6 +104,38 @@ def test_packages_import_only_lower_layers():
             if other != top and LAYER[other] >= LAYER[top]:
                 wrong.append(f"{module} imports {target}")
     assert not wrong, "imports against the layer order:\n" + "\n".join(sorted(wrong))
+
+
+LEARNER_LAYER = {"": 0, "ranks": 1, "monitor": 1, "ppo": 1, "coma": 1, "serve": 2, "pool": 3, "update": 4, "run": 5}
+"""The learner's own order: its root (the entry, the loop, the build) above everything; ranks, monitor, ppo and coma
+(peers that never import each other); serve (control, ingest); pool; update (what every algorithm's update stands
+on); run (checkpoints, the run directory). A learner module imports its own sub-package and those below it only."""
+
+
+def _learner_part(module: str) -> str:
+    """The learner sub-package of a ``learner.*`` module ('' for the root's modules)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 or (len(parts) == 2 and parts[1] in LEARNER_LAYER) else ""
+
+
+def test_learner_sub_packages_import_only_lower_ones():
+    assert {path.name for path in (REPO / "learner").iterdir() if path.is_dir() and path.name != "__pycache__"} \
+        == set(LEARNER_LAYER) - {""}, "every learner sub-package has its place in LEARNER_LAYER"
+    wrong = []
+    for module, targets in _graph().items():
+        if not module.startswith("learner."):
+            continue
+        part = _learner_part(module)
+        for target in targets:
+            other = _learner_part(target) if target.startswith("learner.") else None
+            if other is not None and other != part and (LEARNER_LAYER[other] <= LEARNER_LAYER[part]):
+                wrong.append(f"{module} imports {target}")
+    assert not wrong, "learner imports against its sub-package order:\n" + "\n".join(sorted(wrong))
+
+
+def test_the_learner_root_holds_only_the_entry_the_loop_and_the_build():
+    root = {path.stem for path in (REPO / "learner").glob("*.py")}
+    assert root == {"__init__", "__main__", "cli", "trainer", "follower", "stop_rules", "build"}
 
 
 def test_no_import_circles():

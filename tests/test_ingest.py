@@ -16,9 +16,9 @@ import zmq
 from envs.base import EnvSpec
 from envs.spaces import ActionSpace
 from envs.rows import row_layout
-from learner.ingest import Ingest, host_timing
-from learner import row_checks
-from learner.senders import Sender, SenderRegistry
+from learner.serve.ingest import Ingest, host_timing
+from learner.serve import row_checks
+from learner.serve.senders import Sender, SenderRegistry
 from protocol import Limits, Message, MessageType, ProtocolError, decode, encode
 from protocol.curve import ZapGuard, load_client_curve, load_server_curve
 from protocol.keys import main as keys_main

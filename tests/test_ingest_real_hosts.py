@@ -1,6 +1,6 @@
 """Real learner and actor host processes: the ingest's checks never refuse a message a real host sends, under
 back-pressure (a learner slower than its hosts, few rows per message, so the hosts' row buffers fill and the
-steps counted between two messages approach learner.row_checks.max_agent_steps), with masks, turn-based
+steps counted between two messages approach learner.serve.row_checks.max_agent_steps), with masks, turn-based
 inactive seats and self-play (connect four), and with float observations (cartpole)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The first-layer saturation health metric (learner/input_health.py) against a NumPy recomputation, and its warning."""
+"""The first-layer saturation health metric (learner/update/input_health.py) against a NumPy recomputation, and its warning."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 from configs.schema import ModelSection
 from envs.base import EnvSpec
 from envs.spaces import ActionSpace
-from learner.input_health import FROZEN_STD, SaturationMonitor, batch_frozen_fraction, frozen_fraction
+from learner.update.input_health import FROZEN_STD, SaturationMonitor, batch_frozen_fraction, frozen_fraction
 from policies.factory import make_policy
 
 FLAT = EnvSpec(num_agents=1, obs_shape=(6,), obs_dtype="float32", action=ActionSpace.discrete(3))

@@ -16,9 +16,9 @@ import torch
 
 import learner.trainer
 from configs.loader import load_config
-from learner.checkpoint import TrainerState, list_checkpoints, save_checkpoint
+from learner.run.checkpoint import TrainerState, list_checkpoints, save_checkpoint
 from learner.cli import main
-from learner.run_dir import new_run_dir
+from learner.run.run_dir import new_run_dir
 from tests import faulty_envs
 from tests.processes import REPO, free_port_triple, kill_tree, start, wait_for
 

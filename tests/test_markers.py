@@ -27,7 +27,7 @@ STARTER_NAMES = {
     "concurrent.futures.process": {"ProcessPoolExecutor"},
     "envs.registry": {"probe_env_spec"},
     "actors.worker_pool": {"WorkerPool"},
-    "learner.evaluator_process": {"EvaluatorProcess"},
+    "learner.monitor.evaluator_process": {"EvaluatorProcess"},
     "os": {"fork", "forkpty", "system", "popen", "posix_spawn", "posix_spawnp", "execv", "execve", "execvp",
            "execvpe", "execl", "execle", "execlp", "execlpe", "spawnv", "spawnve", "spawnvp", "spawnvpe", "spawnl",
            "spawnle", "spawnlp", "spawnlpe"},

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from learner.metrics_log import MetricsLog
-from learner.run_record import write_run_record
+from learner.monitor.metrics_log import MetricsLog
+from learner.run.run_record import write_run_record
 
 
 def record(update: int, value: float) -> dict:

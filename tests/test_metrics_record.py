@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 
 from configs.schema import TrainerSection
-from learner.checkpoint import TrainerState
-from learner.control import ControlCounts
-from learner.ingest import IngestSnapshot
-from learner.metrics_log import MetricsLog
-from learner.metrics_record import RunClock, metrics_record, outcome_rates
+from learner.run.checkpoint import TrainerState
+from learner.serve.control import ControlCounts
+from learner.serve.ingest import IngestSnapshot
+from learner.monitor.metrics_log import MetricsLog
+from learner.monitor.metrics_record import RunClock, metrics_record, outcome_rates
 from learner.stop_rules import check_stop_rules
 
 TIMING = {"inference_batch_agents_mean": 25.0, "inference_ms_per_batch": 0.5, "act_ms_per_batch": 1.0,
@@ -90,6 +90,6 @@ def test_the_metrics_log_records_lost_and_failed_hosts_and_prints_nothing(tmp_pa
         log.write(metrics_record(state=state, sps=1.0, ingest=snapshot(), update_metrics=losses, hosts=counted,
                                  selfplay={}, update_s=0.1))
     log.close()
-    assert capsys.readouterr().out == ""  # the console line is learner/progress.py's
+    assert capsys.readouterr().out == ""  # the console line is learner/monitor/progress.py's
     written = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [(r["actor_hosts_lost"], r["actor_hosts_failed"]) for r in written] == [(0, 0), (1, 3)]

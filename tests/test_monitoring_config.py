@@ -60,8 +60,8 @@ def promql_metric_names(expr: str) -> set[str]:
 def exported_metric_names() -> set[str]:
     """Every sample name the learner, actor host and pool server export, histogram suffixes stripped."""
     from actors.host_metrics import HostMetrics
-    from learner.pool_metrics import PoolMetrics
-    from learner.prometheus_metrics import LearnerMetrics, RunCounts
+    from learner.pool.metrics import PoolMetrics
+    from learner.monitor.prometheus_metrics import LearnerMetrics, RunCounts
     from telemetry.registry import metric_names, new_registry
 
     learner_registry = new_registry("learner")

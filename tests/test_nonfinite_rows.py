@@ -9,11 +9,11 @@ import math
 import pytest
 import torch
 
-from learner.batch import RowBatch
-from learner.losses import minibatch_losses
-from learner.ppo import LOG_RATIO_LIMIT, usable_rows
-from learner.ppo_algorithm import make_optimizer
-from learner.row_checks import LOG_FLOAT32_TINY
+from learner.update.batch import RowBatch
+from learner.ppo.losses import minibatch_losses
+from learner.ppo.update import LOG_RATIO_LIMIT, usable_rows
+from learner.ppo.algorithm import make_optimizer
+from learner.serve.row_checks import LOG_FLOAT32_TINY
 from tests.test_optimizer_step import update
 from tests.test_ppo import HORIZON, ROWS, make_case, make_trainer
 

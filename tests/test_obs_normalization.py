@@ -19,8 +19,8 @@ from configs.schema import ModelSection
 from envs.base import EnvSpec
 from envs.cartpole import CartPoleVec
 from envs.spaces import ActionSpace
-from learner.checkpoint import TrainerState, load_checkpoint, save_checkpoint
-from learner.ppo_algorithm import PPO
+from learner.run.checkpoint import TrainerState, load_checkpoint, save_checkpoint
+from learner.ppo.algorithm import PPO
 from policies.factory import load_state_arrays, make_policy, state_arrays
 from policies.obs_normalization import OBS_CLIP, ObsNormalizer, update_obs_normalizer
 from policies.running_stats import VARIANCE_EPSILON, RunningMeanStd

@@ -11,12 +11,12 @@ import torch
 
 from configs.plan import make_plan
 from configs.schema import ModelSection
-from learner.batch import RowBatch
-from learner.losses import minibatch_losses
-from learner.optimizer_step import is_fused, step_unless_nonfinite
-from learner.ppo import ppo_update
-from learner.ppo_algorithm import make_optimizer
-from learner.schedules import UpdateSchedule
+from learner.update.batch import RowBatch
+from learner.ppo.losses import minibatch_losses
+from learner.update.optimizer_step import is_fused, step_unless_nonfinite
+from learner.ppo.update import ppo_update
+from learner.ppo.algorithm import make_optimizer
+from learner.ppo.schedules import UpdateSchedule
 from policies.factory import make_policy
 from tests.test_ppo import HORIZON, ROWS, SPEC, make_case, make_trainer
 

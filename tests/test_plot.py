@@ -1,4 +1,4 @@
-"""python -m learner.plot: grouping runs by config, mean and spread over seeds, the PNG, and its errors."""
+"""python -m evaluation.plot: grouping runs by config, mean and spread over seeds, the PNG, and its errors."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import yaml
 
-from learner.plot import group_curve, group_runs, load_run, main
+from evaluation.plot import group_curve, group_runs, load_run, main
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -61,9 +61,9 @@ def test_cli_writes_a_png(tmp_path: Path) -> None:
 
 @pytest.mark.integration
 def test_a_directory_without_metrics_is_an_error(tmp_path: Path) -> None:
-    result = subprocess.run([sys.executable, "-m", "learner.plot", str(tmp_path)], capture_output=True, text=True)
+    result = subprocess.run([sys.executable, "-m", "evaluation.plot", str(tmp_path)], capture_output=True, text=True)
     assert result.returncode == 2
-    expected = f"python -m learner.plot: error: {tmp_path} has no metrics.jsonl (is it a run directory?)"
+    expected = f"python -m evaluation.plot: error: {tmp_path} has no metrics.jsonl (is it a run directory?)"
     assert result.stderr.strip() == expected
 
 
@@ -71,6 +71,6 @@ def test_an_unknown_metric_lists_the_available_ones(tmp_path: Path, capsys) -> N
     run = three_runs(tmp_path)[0]
     assert main([str(run), "--metric", "nope", "--out", str(tmp_path / "p.png")]) == 2
     error = capsys.readouterr().err.strip()
-    assert error.startswith("python -m learner.plot: error: unknown metric 'nope'")
+    assert error.startswith("python -m evaluation.plot: error: unknown metric 'nope'")
     assert error.endswith("available: agent_steps, elapsed_s, entropy, episode_return_mean, update")
     assert not (tmp_path / "p.png").exists()

@@ -18,10 +18,10 @@ import zmq
 
 from configs.loader import ConfigError, load_config
 from configs.schema import SelfPlaySection
-from learner import pool
-from learner.pool import (SnapshotStore, SnapshotStoreError, opponent_probabilities,
+from learner.pool import store as pool
+from learner.pool.store import (SnapshotStore, SnapshotStoreError, opponent_probabilities,
                           sample_opponents)
-from learner.pool_server import PoolService, serve
+from learner.pool.server import PoolService, serve
 from protocol import Message, MessageType, decode, encode
 
 CASES = [  # (num_snapshots, pool_size, beta, exploration)
@@ -299,7 +299,7 @@ def test_store_index_write_is_atomic(tmp_path, monkeypatch):
     def crash(*args, **kwargs):
         raise OSError("disk full")
 
-    monkeypatch.setattr("learner.pool.os.replace", crash)
+    monkeypatch.setattr("learner.pool.store.os.replace", crash)
     with pytest.raises(OSError, match="disk full"):
         store.add(weights(0), update=2, policy_version=2)  # same weights: only the index is written
     monkeypatch.undo()
@@ -350,7 +350,7 @@ def test_a_huge_sparse_weights_file_is_refused_unread_and_fast(tmp_path, caplog,
     reads = []
     monkeypatch.setattr(pool.hashlib, "sha256", lambda data=b"": reads.append(len(data)))
     started = time.monotonic()
-    with caplog.at_level(logging.WARNING, logger="learner.pool"):
+    with caplog.at_level(logging.WARNING, logger="learner.pool.store"):
         for _ in range(3):
             with pytest.raises(SnapshotStoreError, match="not read"):
                 store.read_bytes(digest)
@@ -367,7 +367,7 @@ def test_a_garbled_index_is_a_warning_and_is_rebuilt_from_the_weights_files(tmp_
     time.sleep(0.01)
     second = store.add(weights(1), update=10, policy_version=10)
     (tmp_path / "index.json").write_bytes(b"\xff{garbled")
-    with caplog.at_level(logging.WARNING, logger="learner.pool"):
+    with caplog.at_level(logging.WARNING, logger="learner.pool.store"):
         rebuilt = SnapshotStore(tmp_path)
     assert [s.hash for s in rebuilt.snapshots] == [first.hash, second.hash]  # oldest file first
     assert [(s.index, s.update) for s in rebuilt.snapshots] == [(0, 0), (1, 0)]
@@ -387,7 +387,7 @@ def test_bad_index_entries_are_skipped_with_one_warning(tmp_path, caplog):
     index["snapshots"][2]["hash"] = "cd" * 32  # names a missing file
     index["snapshots"].append(["not", "an", "entry"])
     (tmp_path / "index.json").write_text(json.dumps(index))
-    with caplog.at_level(logging.WARNING, logger="learner.pool"):
+    with caplog.at_level(logging.WARNING, logger="learner.pool.store"):
         kept = SnapshotStore(tmp_path)
         kept.reload()  # unchanged index: not read again, not warned again
     assert [(s.index, s.hash) for s in kept.snapshots] == [(0, snaps[1].hash), (1, snaps[3].hash)]

@@ -1,7 +1,7 @@
-"""``python -m learner.pool_server`` as a real process, serving a run directory someone else writes to: it keeps
+"""``python -m learner.pool.server`` as a real process, serving a run directory someone else writes to: it keeps
 answering GET_OPPONENTS while pool/index.json is garbled under it (the index is rebuilt from the weights files or
 its bad entries are skipped, one log line each), and refuses a huge sparse snapshot file without reading it, its
-ERROR arriving within a couple of seconds (learner/pool.py, "Trust")."""
+ERROR arriving within a couple of seconds (learner/pool/store.py, "Trust")."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import zmq
 
 from configs.loader import config_to_dict, load_config
 from envs.registry import env_spec
-from learner.pool import MAX_SNAPSHOT_BYTES, SnapshotStore
+from learner.pool.store import MAX_SNAPSHOT_BYTES, SnapshotStore
 from policies.factory import make_policy, state_arrays
 from protocol import Message, MessageType, decode, encode
 from tests.processes import free_ports, kill_tree, start, wait_for
@@ -68,7 +68,7 @@ def pool_server(tmp_path):
     run_dir, digests = make_run_dir(tmp_path)
     port = free_ports(2)  # the ROUTER and, at port + 1, its /metrics
     log = tmp_path / "pool.log"
-    server = start("learner.pool_server", "--run-dir", str(run_dir), "--bind", f"tcp://127.0.0.1:{port}", log=log)
+    server = start("learner.pool.server", "--run-dir", str(run_dir), "--bind", f"tcp://127.0.0.1:{port}", log=log)
     context = zmq.Context()
     client = context.socket(zmq.DEALER)
     client.setsockopt(zmq.LINGER, 0)

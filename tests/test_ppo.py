@@ -12,9 +12,9 @@ from envs.base import EnvSpec
 from envs.spaces import ActionSpace
 from configs.plan import make_plan
 from configs.schema import ModelSection, TrainerSection
-from learner.batch import TEAM_FIELDS, RowBatch
-from learner.ppo import explained_variance, ppo_update, sampling_probs
-from learner.schedules import UpdateSchedule, anneal_beta, learning_rate
+from learner.update.batch import TEAM_FIELDS, RowBatch
+from learner.ppo.update import explained_variance, ppo_update, sampling_probs
+from learner.ppo.schedules import UpdateSchedule, anneal_beta, learning_rate
 from policies.factory import make_policy
 
 # ---------------------------------------------------------------- sampling, schedules, explained variance

@@ -11,12 +11,12 @@ import torch
 
 from configs.plan import make_plan
 from configs.schema import ModelSection
-from learner.advantage import compute_advantages
-from learner.batch import RowBatch
-from learner.losses import Minibatch, minibatch_losses
-from learner.ppo import current_logprobs, ppo_update, sampling_probs
-from learner.ppo_algorithm import make_optimizer, make_reference, zero_value_head
-from learner.schedules import UpdateSchedule
+from learner.ppo.advantage import compute_advantages
+from learner.update.batch import RowBatch
+from learner.ppo.losses import Minibatch, minibatch_losses
+from learner.ppo.update import current_logprobs, ppo_update, sampling_probs
+from learner.ppo.algorithm import make_optimizer, make_reference, zero_value_head
+from learner.ppo.schedules import UpdateSchedule
 from policies.factory import make_policy
 from tests.test_ppo import HORIZON, ROWS, SPEC, log_softmax, make_case, make_trainer, reference_metrics
 

@@ -1,4 +1,4 @@
-"""learner/progress.py: the console progress line (live, plain, quiet), with a fake clock; and --quiet/--plain."""
+"""learner/monitor/progress.py: the console progress line (live, plain, quiet), with a fake clock; and --quiet/--plain."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from learner.progress import (ERASE_TO_END, MAX_LINE_CHARS, ProgressLine, ProgressMode, RateWindow, format_duration,
+from learner.monitor.progress import (ERASE_TO_END, MAX_LINE_CHARS, ProgressLine, ProgressMode, RateWindow, format_duration,
                               resolve_mode)
 
 REPO = Path(__file__).resolve().parents[1]
@@ -145,7 +145,7 @@ def test_a_live_line_leaves_out_its_least_important_parts_on_a_narrow_terminal(m
         def fileno(self) -> int:
             return 1
 
-    monkeypatch.setattr("learner.progress.os.get_terminal_size", lambda fd: os.terminal_size((60, 24)))
+    monkeypatch.setattr("learner.monitor.progress.os.get_terminal_size", lambda fd: os.terminal_size((60, 24)))
     line, _, out = make("live", stream=NarrowTerminal())
     line.update(record(1, 1_000))
     shown = out.getvalue().removeprefix("\r").removesuffix(ERASE_TO_END)

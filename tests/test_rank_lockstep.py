@@ -1,4 +1,4 @@
-"""The learner ranks' lockstep (learner/rank_lockstep.py) over a real c10d HashStore: rank 0 waits for the followers,
+"""The learner ranks' lockstep (learner/ranks/lockstep.py) over a real c10d HashStore: rank 0 waits for the followers,
 merges their reports and decides; a follower marks ready, asks to stop, and reads the decision."""
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ from dataclasses import dataclass, field
 import pytest
 import torch.distributed as dist
 
-from learner.distributed import ProcessGroupReducer
-from learner.host_routing import HostRouting
-from learner.ingest import IngestStats
-from learner.rank_lockstep import (BEHIND_UPDATES, FollowerLockstep, LeaderLockstep, RankWaits, rank_wait_metrics)
-from learner.rank_report import RankReport
-from learner.rank_store import STOP_PREFIX, UPDATE, RankStore
-from learner.ranks import RankContext
+from learner.ranks.distributed import ProcessGroupReducer
+from learner.serve.host_routing import HostRouting
+from learner.serve.ingest import IngestStats
+from learner.ranks.lockstep import (BEHIND_UPDATES, FollowerLockstep, LeaderLockstep, RankWaits, rank_wait_metrics)
+from learner.ranks.report import RankReport
+from learner.ranks.store import STOP_PREFIX, UPDATE, RankStore
+from learner.ranks.context import RankContext
 
 JOIN_S = 10.0
 """Longest a test waits for its other thread (a failure, not a timing)."""
@@ -24,7 +24,7 @@ JOIN_S = 10.0
 
 @dataclass
 class StubLink:
-    """What the lockstep asks of learner.rank_link.RankLink."""
+    """What the lockstep asks of learner.ranks.link.RankLink."""
 
     gone_lines: list[str] = field(default_factory=list)
     """What ``gone()`` answers."""

@@ -1,4 +1,4 @@
-"""RankReport and ReportCursor (learner/rank_report.py): a follower rank's ingest counts since its previous report,
+"""RankReport and ReportCursor (learner/ranks/report.py): a follower rank's ingest counts since its previous report,
 carried to rank 0 and merged there."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from learner.ingest import IngestStats
-from learner.rank_report import RECENT, RankReport, ReportCursor, merge_report
+from learner.serve.ingest import IngestStats
+from learner.ranks.report import RECENT, RankReport, ReportCursor, merge_report
 
 
 def _ingest(stats: IngestStats, *, env_steps: int, agent_steps: int, restarts: int, returns: list[float],

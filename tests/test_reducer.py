@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from learner.ppo import sampling_probs
-from learner.reducer import SINGLE_PROCESS
+from learner.ppo.update import sampling_probs
+from learner.update.reducer import SINGLE_PROCESS
 
 
 @dataclass(frozen=True, kw_only=True)

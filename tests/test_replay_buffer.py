@@ -1,4 +1,4 @@
-"""The replay buffer (learner/replay_buffer.py): wrap-around keeps exactly the newest transitions in order, sampling is
+"""The replay buffer (learner/coma/replay_buffer.py): wrap-around keeps exactly the newest transitions in order, sampling is
 uniform (chi-square goodness of fit), the state dict round-trips through safetensors, dtypes are kept, and wrong
 input is refused with the field named."""
 
@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from safetensors.numpy import load_file, save_file
 
-from learner.replay_buffer import ReplayBuffer
+from learner.coma.replay_buffer import ReplayBuffer
 
 FIELDS = {"obs": ((2, 3), np.uint8), "action": ((2,), np.float32), "reward": ((), np.float32),
           "terminated": ((), np.bool_)}

@@ -20,11 +20,11 @@ from hypothesis import strategies as st
 from envs.base import EnvSpec
 from envs.spaces import ActionSpace
 from envs.rows import row_layout
-from learner.batch import BatchBuffers, to_batch
-from learner.ingest import Ingest
-from learner.row_checks import (LOG_FLOAT32_TINY, MAX_EPISODE_LENGTH, RowRules, check_rows, logprob_bounds,
+from learner.update.batch import BatchBuffers, to_batch
+from learner.serve.ingest import Ingest
+from learner.serve.row_checks import (LOG_FLOAT32_TINY, MAX_EPISODE_LENGTH, RowRules, check_rows, logprob_bounds,
                                 max_agent_steps, max_env_steps, read_report)
-from learner.senders import Sender, SenderRegistry
+from learner.serve.senders import Sender, SenderRegistry
 from protocol import Limits, Message, MessageType, ProtocolError, encode
 from protocol.validation import out_of_range_index
 

@@ -15,11 +15,11 @@ from actors.assembler import RowAssembler
 from envs.base import EnvSpec
 from envs.spaces import ActionSpace
 from envs.rows import row_layout
-from learner.batch import (MINIBATCH_DERIVED, MINIBATCH_NAMES, NOT_IN_MINIBATCH, BatchBuffers, RowBatch,
+from learner.update.batch import (MINIBATCH_DERIVED, MINIBATCH_NAMES, NOT_IN_MINIBATCH, BatchBuffers, RowBatch,
                            minibatch_rows, to_batch)
-from learner.ingest import Ingest
-from learner.losses import Minibatch
-from learner.senders import SenderRegistry
+from learner.serve.ingest import Ingest
+from learner.ppo.losses import Minibatch
+from learner.serve.senders import SenderRegistry
 from protocol import ArraySpec, Limits, Message, MessageType, check_arrays
 from protocol.rows import ROW_FIELD_NAMES, ROW_FIELDS, RowLayout
 

@@ -8,7 +8,7 @@ import math
 import pytest
 
 from configs.schema import TrainerSection
-from learner.schedules import schedule_for, scheduled
+from learner.ppo.schedules import schedule_for, scheduled
 
 TOTAL = 200
 POINTS = [(0, 0.0), (100, 0.5), (200, 1.0)]

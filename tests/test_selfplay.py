@@ -24,8 +24,8 @@ from actors.rows_report import RowsReport
 from actors.slot_layout import SlotLayout
 from actors.stepper import GroupStepper
 from configs.schema import ModelSection, SelfPlaySection
-from learner.pool import SnapshotStore
-from learner.pool_server import MAX_ENVS_PER_REQUEST, PoolService, serve
+from learner.pool.store import SnapshotStore
+from learner.pool.server import MAX_ENVS_PER_REQUEST, PoolService, serve
 from policies.factory import make_policy, state_arrays
 from protocol import Limits, Message, MessageType, ProtocolError, encode
 from protocol.endpoints import parse_endpoint

@@ -59,7 +59,7 @@ def test_selfplay_run_fills_the_pool_and_the_elo_tool_rates_it(run, tmp_path):
 
     # the same pool, served standalone: an actor host's client gets opponents and verified snapshot files
     port = free_port_triple()
-    server = start("learner.pool_server", "--run-dir", str(run.run_dir), "--bind", f"tcp://127.0.0.1:{port}",
+    server = start("learner.pool.server", "--run-dir", str(run.run_dir), "--bind", f"tcp://127.0.0.1:{port}",
                    log=tmp_path / "pool.log")
     try:
         assert wait_for(lambda: "serving on" in (tmp_path / "pool.log").read_text(), 30)
@@ -83,7 +83,7 @@ def test_selfplay_run_fills_the_pool_and_the_elo_tool_rates_it(run, tmp_path):
 
 
 def test_pool_server_cli_errors(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "learner.pool_server", "--run-dir", str(tmp_path / "nope")],
+    done = subprocess.run([sys.executable, "-m", "learner.pool.server", "--run-dir", str(tmp_path / "nope")],
                           cwd=REPO, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "is not a run directory" in done.stderr
 

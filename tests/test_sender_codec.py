@@ -1,5 +1,5 @@
-"""The registered actor hosts as bytes (learner/sender_codec.py) and the registry's snapshot/replace_all
-(learner/senders.py), as rank 0 hands its hosts to the other learner ranks."""
+"""The registered actor hosts as bytes (learner/ranks/sender_codec.py) and the registry's snapshot/replace_all
+(learner/serve/senders.py), as rank 0 hands its hosts to the other learner ranks."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from learner.sender_codec import decode_senders, encode_senders
-from learner.senders import Sender, SenderRegistry
+from learner.ranks.sender_codec import decode_senders, encode_senders
+from learner.serve.senders import Sender, SenderRegistry
 
 SENDER = st.builds(Sender, name=st.text(max_size=20), token=st.text(max_size=40),
                    curve_key=st.none() | st.text(min_size=40, max_size=40),

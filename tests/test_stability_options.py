@@ -11,14 +11,14 @@ from hypothesis import strategies as st
 
 from configs.loader import ConfigError, load_config
 from configs.plan import make_plan
-from learner.checkpoint import TrainerState, load_checkpoint, save_checkpoint
-from learner.entropy_control import MAX_MULTIPLIER, STEP, next_multiplier
-from learner.health import ValueHealthMonitor
-from learner.losses import minibatch_losses
-from learner.ppo import ppo_update
-from learner.prometheus_metrics import LearnerMetrics
-from learner.schedules import UpdateSchedule, schedule_for
-from learner.value_normalization import VARIANCE_EPSILON, RunningMeanStd
+from learner.run.checkpoint import TrainerState, load_checkpoint, save_checkpoint
+from learner.ppo.entropy_control import MAX_MULTIPLIER, STEP, next_multiplier
+from learner.monitor.health import ValueHealthMonitor
+from learner.ppo.losses import minibatch_losses
+from learner.ppo.update import ppo_update
+from learner.monitor.prometheus_metrics import LearnerMetrics
+from learner.ppo.schedules import UpdateSchedule, schedule_for
+from learner.ppo.value_normalization import VARIANCE_EPSILON, RunningMeanStd
 from telemetry.registry import new_registry
 from tests.test_algorithm import assert_same, make_ppo, params, same_number
 from tests.test_ppo import HORIZON, ROWS, make_case, make_trainer, reference_gae, reference_metrics

@@ -11,8 +11,8 @@ import urllib.request
 
 import pytest
 
-from learner.ingest import IngestTotals
-from learner.stall_watch import StallRule, StallWatch, describe_cause
+from learner.serve.ingest import IngestTotals
+from learner.monitor.stall_watch import StallRule, StallWatch, describe_cause
 from tests.processes import Run, metrics, wait_for
 
 

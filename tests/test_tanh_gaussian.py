@@ -13,7 +13,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from learner.coma_critic import CentralCritic
+from learner.coma.critic import CentralCritic
 from policies import tanh_gaussian
 from policies.gaussian_actor import GaussianActor
 

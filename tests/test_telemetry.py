@@ -20,10 +20,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from actors.host_metrics import HostMetrics, HostView
 from actors.rows_report import RowsReport
-from learner.control import ControlCounts, scrape_target
-from learner.ingest import IngestTotals
-from learner.pool_metrics import PoolMetrics
-from learner.prometheus_metrics import LearnerMetrics, RunCounts
+from learner.serve.control import ControlCounts, scrape_target
+from learner.serve.ingest import IngestTotals
+from learner.pool.metrics import PoolMetrics
+from learner.monitor.prometheus_metrics import LearnerMetrics, RunCounts
 from telemetry.bulk_histogram import BulkHistogram
 from telemetry.exporter import MetricsBindError, MetricsEndpoint
 from telemetry.registry import metric_names, new_registry
@@ -226,7 +226,7 @@ def test_actors_metrics_port_in_use_is_one_line_naming_the_option():
 
 @pytest.mark.integration
 def test_pool_server_metrics_port_out_of_range_is_one_line(tmp_path):
-    done = run_cli("learner.pool_server", "--run-dir", str(tmp_path), "--metrics-port", "-5")
+    done = run_cli("learner.pool.server", "--run-dir", str(tmp_path), "--metrics-port", "-5")
     assert done.returncode == 2
-    assert done.stderr == ("python -m learner.pool_server: error: --metrics-port must be a port number in 0..65535 "
+    assert done.stderr == ("python -m learner.pool.server: error: --metrics-port must be a port number in 0..65535 "
                            "(0: a free port), got -5\n")

@@ -1,7 +1,7 @@
 """The issue's learning test: on a token-list env with heavy padding (tests/token_env.py: 3 real rows of 32, the cue
 at a random row) PPO with ``model.encoder: tokens`` learns, where the plain MLP over the flattened rows does not.
 
-The cheapest honest training loop: the real ``learner.ppo_algorithm.PPO`` (its update, schedules and optimizer) on
+The cheapest honest training loop: the real ``learner.ppo.algorithm.PPO`` (its update, schedules and optimizer) on
 rows this test rolls out itself with the same policy, exactly as an actor host would (sampled actions, their
 log-probs and values, rows of bptt_horizon + 1 steps whose last step opens the next row). The env is a contextual
 bandit (each step's reward depends only on that step's observation and action), so gamma is 0: the advantage of a
@@ -21,8 +21,8 @@ import torch
 from configs.plan import make_plan
 from configs.schema import ModelSection, TrainerSection
 from envs.base import StepBuffers
-from learner.batch import TEAM_FIELDS, RowBatch
-from learner.ppo_algorithm import PPO
+from learner.update.batch import TEAM_FIELDS, RowBatch
+from learner.ppo.algorithm import PPO
 from tests.token_env import NUM_ACTIONS, PaddedTokenVec
 
 ENVS, HORIZON, UPDATES, ROWS_PER_OBS = 32, 8, 24, 32

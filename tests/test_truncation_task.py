@@ -18,7 +18,7 @@ import torch
 
 from envs.registry import env_spec
 from configs.loader import load_config
-from learner.checkpoint import list_checkpoints, load_checkpoint
+from learner.run.checkpoint import list_checkpoints, load_checkpoint
 from policies.factory import make_policy
 from tests.processes import REPO, alive, descendants, free_port_triple, kill_tree, shm_segments, start, wait_for
 

@@ -6,11 +6,11 @@ agents and steps, averaged over episodes. ``--mode pipeline`` (the default) trai
 (``python -m learner --config coma_spread`` and one ``python -m actors`` host, stopped by SIGINT) and scores the
 final checkpoint's actors; with ``--plot PATH`` it also draws each seed's learning curve (the team return, 3 x
 metrics.jsonl's episode_return_mean, against agent steps) beside the baselines. ``--mode serial`` trains in one
-process (``learner.coma_serial``). Printed beside it, on the same
+process (``learner.coma.serial``). Printed beside it, on the same
 env and episodes: a uniformly random policy and a scripted controller that knows the landmark positions (each
 agent heads for the landmark given to it by a greedy nearest-pair assignment). The project's PPO with independent
 per-agent critics runs through the real pipeline (``configs/simple_spread.yaml``) and is scored with
-``python -m learner.evaluate``; see the README.
+``python -m evaluation.evaluate``; see the README.
 
 Usage: .venv/bin/python ops/bench/coma_spread.py [--mode pipeline|serial] [--seeds 1 2 3] [--seconds 600]
        [--episodes 200] [--port 6310] [--plot PNG] [--envs 16 (serial)] [--set SECTION.KEY=VALUE ...]
@@ -31,10 +31,10 @@ from safetensors.numpy import load_file
 from configs.loader import load_config
 from envs.base import StepBuffers
 from envs.simple_spread import ACTION_DIM, SimpleSpreadVec, obs_dim, state_dim
-from learner.coma_algorithm import ComaShapes
-from learner.coma_serial import EpisodeLog, SerialComa, evaluate_team_return, play_team_return
-from learner.load_policy import LoadPolicyError, find_checkpoint
-from learner.plot import Curve, PlotError, draw, load_run, read_records
+from learner.coma.algorithm import ComaShapes
+from learner.coma.serial import EpisodeLog, SerialComa, evaluate_team_return, play_team_return
+from evaluation.load_policy import LoadPolicyError, find_checkpoint
+from evaluation.plot import Curve, PlotError, draw, load_run, read_records
 from policies import tanh_gaussian
 from policies.factory import load_state_arrays
 from policies.team_actors import make_team_actors, team_shapes
@@ -145,7 +145,7 @@ def pipeline_trial(seed: int, *, seconds: float, episodes: int, port: int,
 
 
 def train_serial(args: argparse.Namespace) -> None:
-    """``--mode serial``: COMA in this process (``learner.coma_serial``), one seed after another."""
+    """``--mode serial``: COMA in this process (``learner.coma.serial``), one seed after another."""
     section = load_config(None, args.overrides).coma
     for seed in args.seeds:
         env, buffers = new_env(args.envs)

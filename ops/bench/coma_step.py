@@ -20,7 +20,7 @@ from benchlib import emit
 
 from configs.loader import load_config
 from envs.simple_spread import SimpleSpreadVec
-from learner.coma_algorithm import Coma, transition_fields
+from learner.coma.algorithm import Coma, transition_fields
 from policies.team_actors import team_shapes
 
 AGENTS = 3

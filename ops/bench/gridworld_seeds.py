@@ -33,7 +33,7 @@ from learning_criteria import curve_from_records, evaluate_curve, last_episode_s
 from pipeline_run import trained_run
 
 from configs.loader import load_config, resolve_config_path
-from learner.plot import PlotError, read_records
+from evaluation.plot import PlotError, read_records
 
 MARKS = (1_000_000, 2_000_000, 4_000_000, 8_000_000)
 """Agent steps at which each seed's return is reported (when the run reached them)."""

@@ -7,7 +7,7 @@ does it (``to_batch`` -> ``ppo_update`` on one of two host buffers):
   * memory: the two batch buffers are filled once from the decoded blocks; the loop just trains.
   * zmq: a synthetic sender process (this script with ``--sender``) pushes the pre-encoded blocks over a real
     PUSH socket on tcp://127.0.0.1 as fast as the high-water mark lets it, into a real
-    ``learner.ingest.Ingest`` thread; the loop takes ``ingest.ready`` and gives back ``ingest.free``.
+    ``learner.serve.ingest.Ingest`` thread; the loop takes ``ingest.ready`` and gives back ``ingest.free``.
 
 ``ingest_ratio = zmq_samples_per_s / memory_samples_per_s`` (samples: agent steps trained, batch_size per
 update); target 0.9. Phases alternate (memory, zmq, memory, zmq, ...) because the machine may be shared; the
@@ -51,12 +51,12 @@ from benchlib import emit
 from configs.loader import load_config
 from configs.plan import make_plan
 from envs.rows import row_layout
-from learner.batch import BatchBuffers, to_batch
-from learner.ingest import Ingest
-from learner.ppo import ppo_update
-from learner.ppo_algorithm import make_optimizer, make_reference
-from learner.senders import Sender, SenderRegistry
-from learner.schedules import schedule_for
+from learner.update.batch import BatchBuffers, to_batch
+from learner.serve.ingest import Ingest
+from learner.ppo.update import ppo_update
+from learner.ppo.algorithm import make_optimizer, make_reference
+from learner.serve.senders import Sender, SenderRegistry
+from learner.ppo.schedules import schedule_for
 from policies.factory import make_policy
 from protocol import Limits, Message, MessageType, decode, encode
 from protocol.rows import RowLayout

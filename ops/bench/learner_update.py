@@ -38,12 +38,12 @@ from configs.plan import PlanError
 from configs.rank_plan import make_rank_plan
 from configs.schema import AUTOCAST_MODES
 from envs.rows import row_layout
-from learner.batch import BatchBuffers, RowBatch, to_batch
-from learner.losses import minibatch_losses
-from learner.ppo import ppo_update
-from learner.ppo_algorithm import make_optimizer
-from learner.reducer import SINGLE_PROCESS, Reducer
-from learner.schedules import schedule_for
+from learner.update.batch import BatchBuffers, RowBatch, to_batch
+from learner.ppo.losses import minibatch_losses
+from learner.ppo.update import ppo_update
+from learner.ppo.algorithm import make_optimizer
+from learner.update.reducer import SINGLE_PROCESS, Reducer
+from learner.ppo.schedules import schedule_for
 from policies.encoders import encoder_kind
 from policies.factory import make_policy
 

@@ -42,10 +42,10 @@ from envs.registry import env_spec, make_vec_env
 from configs.loader import config_to_dict, load_config
 from configs.plan import make_plan
 from configs.schema import RunConfig
-from learner.control import ControlServer
-from learner.host_sizing import HostSizing
-from learner.ingest import host_timing
-from learner.senders import SenderRegistry
+from learner.serve.control import ControlServer
+from learner.serve.host_sizing import HostSizing
+from learner.serve.ingest import host_timing
+from learner.serve.senders import SenderRegistry
 from protocol import Limits, MessageType, ProtocolError, decode
 
 REPO = Path(__file__).resolve().parents[2]

@@ -3,7 +3,7 @@ simple_spread, scored like ``coma_spread.py`` for a side-by-side table.
 
 For each seed: the real learner and one actor host (separate processes, ZeroMQ, shared memory) train
 ``configs/simple_spread.yaml`` for ``--seconds`` of wall-clock, the learner is stopped with SIGINT (final
-checkpoint), then ``python -m learner.evaluate --deterministic`` plays ``3 * --episodes`` agent episodes (all three
+checkpoint), then ``python -m evaluation.evaluate --deterministic`` plays ``3 * --episodes`` agent episodes (all three
 agents of ``--episodes`` env episodes). The team return is 3 x the mean agent return (every agent's episode lasts
 the same 25 steps).
 
@@ -27,7 +27,7 @@ SUMMARY = re.compile(r"mean return (-?[\d.]+) \+- ([\d.]+) \(95% CI\) over (\d+)
 def trial(seed: int, *, seconds: float, episodes: int, port: int) -> dict:
     """Train one seed for ``seconds``, evaluate it; returns its figures."""
     with trained_run(config="simple_spread", seed=seed, seconds=seconds, port=port) as run:
-        done = subprocess.run([sys.executable, "-m", "learner.evaluate", "--run-dir", str(run.run_dir), "--episodes",
+        done = subprocess.run([sys.executable, "-m", "evaluation.evaluate", "--run-dir", str(run.run_dir), "--episodes",
                                str(NUM_AGENTS * episodes), "--deterministic", "--seed", str(seed)],
                               cwd=REPO, capture_output=True, text=True, timeout=600)
     match = SUMMARY.search(done.stdout)

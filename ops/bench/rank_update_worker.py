@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 
 from configs.loader import load_config
-from learner.distributed import CollectiveTimeout, init_learner_group
+from learner.ranks.distributed import CollectiveTimeout, init_learner_group
 from learner_update import time_updates, with_ranks
 
 TIMEOUT_EXIT = 3

@@ -36,7 +36,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from learner.checkpoint import load_checkpoint  # noqa: E402  (after the path insert)
+from learner.run.checkpoint import load_checkpoint  # noqa: E402  (after the path insert)
 from ops.chaos.hang_env import TRIGGER_VARIABLE  # noqa: E402
 from tests.netns import NFT, NamespacePair, missing_requirements  # noqa: E402
 from tests.processes import kill_tree, metrics, wait_for  # noqa: E402

@@ -4,7 +4,7 @@ hostile messages; then every message must be accounted for.
     .venv/bin/python ops/soak/fuzz.py --messages-per-socket 100000 [--seed S]
 
 Starts a self-play Connect Four learner scaled down to update every second or so (its control socket also serves
-the opponent pool), one genuine actor host, and ``python -m learner.pool_server`` on the learner's run directory.
+the opponent pool), one genuine actor host, and ``python -m learner.pool.server`` on the learner's run directory.
 A fake actor host registers like a real one (ops/soak/genuine.py) so that genuine ROWS blocks with a valid token
 can be broken one field at a time. Then, socket by socket and class by class (ops/soak/targets.py), it sends
 hostile messages: data blocks only when the PUSH socket reports room, requests at most WINDOW at a time. After

@@ -34,7 +34,7 @@ class StackOptions:
     host_workers: int
     """Env worker processes of the genuine actor host (0: start no actor host)."""
     pool_server: bool
-    """Also start ``python -m learner.pool_server`` on the learner's run directory (self-play configs)."""
+    """Also start ``python -m learner.pool.server`` on the learner's run directory (self-play configs)."""
     work_dir: Path
     """Where the run directory and the processes' logs go."""
 
@@ -173,7 +173,7 @@ class Stack:
         if self.options.host_workers:
             self._start("host", "actors", "--n", str(self.options.host_workers), "--learner", self.control_url)
         if self.pool_url is not None:
-            self._start("pool_server", "learner.pool_server", "--run-dir", str(self.run_dir), "--bind", self.pool_url)
+            self._start("pool_server", "learner.pool.server", "--run-dir", str(self.run_dir), "--bind", self.pool_url)
             if not wait_until(lambda: "serving on" in self.log("pool_server"), timeout_s):
                 raise RuntimeError(f"the pool server did not start within {timeout_s:g} s:\n{self.log('pool_server')}")
         if not wait_until(lambda: len(read_metrics(self.run_dir)) >= first_updates, timeout_s):

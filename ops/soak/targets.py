@@ -9,7 +9,7 @@ from collections.abc import Callable
 import numpy as np
 
 from genuine import RegisteredSender
-from learner.row_checks import LOG_FLOAT32_TINY
+from learner.serve.row_checks import LOG_FLOAT32_TINY
 from mutations import HostileClass, Outcome, generic_classes, variants_of
 from protocol import Message, MessageType
 from wire import Parts, parts_of, with_arrays
