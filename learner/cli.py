@@ -92,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     security.add_argument("--strict-keys", action="store_true",
                           help="refuse to start when the secret key file can be read by group or others "
                                "(default: a warning; chmod 600 it)")
-    pool = parser.add_argument_group("self-play opponent pool (seeds/002; shorthands for --set selfplay.KEY=VALUE)")
+    pool = parser.add_argument_group("self-play opponent pool (per-env geometric sampling of past snapshots; shorthands for --set selfplay.KEY=VALUE)")
     pool.add_argument("--per-env-opponent-sampling", action="store_true",
                       help="self-play with every env drawing its own opponent (selfplay.enabled and "
                            "selfplay.per_env_opponent_sampling)")

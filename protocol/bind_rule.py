@@ -15,7 +15,7 @@ from .endpoints import Endpoint
 
 __all__ = ["InsecureEndpointError", "client_curve_for", "server_curve_for"]
 
-MAKE_KEYS = "make them with python -m protocol.keys (README, Multi-host)"
+MAKE_KEYS = "make them with python -m protocol.keys (docs/OPERATIONS.md, Multi-host)"
 
 
 class InsecureEndpointError(ValueError):

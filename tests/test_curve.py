@@ -164,8 +164,8 @@ def test_actors_cli_security_errors(keys):
     remote = _run("actors", "--learner", "tcp://10.1.2.3:5555")
     assert remote.returncode == 2
     assert remote.stderr.strip() == (f"python -m actors: error: --learner tcp://10.1.2.3:5555 is beyond loopback: "
-                                     f"pass {CLIENT_OPTIONS} (make them with python -m protocol.keys (README, "
-                                     f"Multi-host)), or --insecure if the learner runs with --insecure")
+                                     f"pass {CLIENT_OPTIONS} (make them with python -m protocol.keys "
+                                     f"(docs/OPERATIONS.md, Multi-host)), or --insecure if the learner runs with --insecure")
     half = _run("actors", "--curve-server-key", str(keys / "server.key"))
     assert half.returncode == 2 and "CURVE needs both" in half.stderr
     wrong = _run("actors", "--curve-server-key", str(keys / "server.key"), "--curve-client-key",

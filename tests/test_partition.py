@@ -21,7 +21,7 @@ PORT = 5555
 PARTITION_S = 15.0
 """How long the link is cut (three peer timeouts)."""
 RESUME_BOUND_S = 30.0
-"""Seconds from the heal to three more updates (the README's bound for a partition)."""
+"""Seconds from the heal to three more updates (docs/OPERATIONS.md's bound for a partition)."""
 
 pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(missing_requirements() is not None or not Path(NFT).exists(),

@@ -1,6 +1,6 @@
 """Sessions survive pauses: a learner or a host frozen longer than peer_timeout_s comes back and training goes on.
 
-The promise (README, "Faults"): after the pause ends, updates resume within RESUME_BOUND_S, every time. The cause
+The promise (docs/OPERATIONS.md, "Faults and hostile input"): after the pause ends, updates resume within RESUME_BOUND_S, every time. The cause
 of the old permanent stall: REGISTERs queued while the learner was frozen each minted a new token, the host kept
 the first reply's, and every ROWS message after was refused as not_registered while heartbeats were still accepted.
 """
