@@ -24,7 +24,7 @@ import numpy as np
 import zmq
 
 from learner.serve.host_routing import HostRouting
-from learner.serve.host_sizing import HostSizing
+from learner.serve.host_sizing import HostSize, HostSizing
 from learner.pool.server import POOL_REQUESTS, PoolService
 from learner.serve.request_rate import PeerRateLimiter, RateLimit, TokenBucket
 from learner.serve.senders import Sender, SenderRegistry, new_token
@@ -274,11 +274,18 @@ class ControlServer(threading.Thread):
                                                        "(selfplay.enabled: false)")
             return self.pool.handle(message)
         if message.type is MessageType.REGISTER:
-            if not self._is_repeat(known, message, curve_key):
+            size = self.sizing.for_workers(message.fields["num_workers"])
+            if curve_key is not None and self.zap is not None and not self.zap.is_allowed(curve_key):
+                raise ProtocolError("key_revoked", f"register: this host's CURVE key {curve_key} is no longer in the "
+                                                   "learner's allowed clients directory")
+            if known is not None and known.repeats(session=message.fields.get("session"), curve_key=curve_key,
+                                                   num_workers=size.num_workers):
+                if not self.weight_requests.allow(identity):
+                    return None  # the same registration asked for again too often: its earlier answers stand
+                host = known  # a repeat of the current registration keeps its token
+            else:
                 self._check_rate(identity, message.type)
-            elif not self.weight_requests.allow(identity):
-                return None  # the same registration asked for again too often: its earlier answers stand
-            host = self._register(identity, message, curve_key=curve_key, peer=peer, now=now)
+                host = self._register(identity, message, size=size, curve_key=curve_key, peer=peer, now=now)
             return Message(type=MessageType.REGISTERED, sender="learner", version=version,
                            fields={**self.registration, "token": host.token, **self._routes(identity)},
                            arrays=weights)
@@ -314,24 +321,10 @@ class ControlServer(threading.Thread):
                                                 f"{limit.burst} times at once and {limit.per_second:g} times a "
                                                 "second after; ask again later")
 
-    def _is_repeat(self, known: RegisteredHost | None, message: Message, curve_key: str | None) -> bool:
-        """Whether a REGISTER asks again for the registration ``known`` holds (see RegisteredHost.repeats)."""
-        num_workers = message.fields["num_workers"]
-        return known is not None and known.repeats(session=message.fields.get("session"), curve_key=curve_key,
-                                                   num_workers=self.sizing.for_workers(num_workers).num_workers)
-
-    def _register(self, identity: bytes, message: Message, *, curve_key: str | None, peer: str | None,
-                  now: float) -> RegisteredHost:
+    def _register(self, identity: bytes, message: Message, *, size: HostSize, curve_key: str | None,
+                  peer: str | None, now: float) -> RegisteredHost:
         """Record a host that registered and hand its registration a new token (an identity that registers again
-        loses its old one), or, for a repeat of its current registration, the token it already holds."""
-        size = self.sizing.for_workers(message.fields["num_workers"])
-        if curve_key is not None and self.zap is not None and not self.zap.is_allowed(curve_key):
-            raise ProtocolError("key_revoked", f"register: this host's CURVE key {curve_key} is no longer in the "
-                                               "learner's allowed clients directory")
-        with self.lock:
-            known = self.hosts.get(identity)
-        if self._is_repeat(known, message, curve_key):
-            return known
+        loses its old one)."""
         name = printable(message.fields["host"], HOST_NAME_CHARS)
         host = RegisteredHost(name=name, num_workers=size.num_workers, token=new_token(), last_seen=now,
                               metrics_address=self._scrape_address(name, message.fields.get("metrics_address"), peer),
