@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from protocol.rows import HOST_STATS
+from protocol.rows import HOST_STATS, STEP_COUNTS
 
 
 @dataclass(kw_only=True)
@@ -45,7 +45,8 @@ class RowsReport:
 
     def clear(self) -> None:
         """After shipping: start counting afresh."""
-        self.env_steps = self.agent_steps = self.env_restarts = 0
+        for name in STEP_COUNTS:
+            setattr(self, name, 0)
         self.returns, self.lengths = [], []
         self.stats = {name: [] for name in self.stats}
         self.inference_batches = self.inference_agents = 0
@@ -58,5 +59,5 @@ class RowsReport:
     def fields(self, num_rows: int) -> dict[str, Any]:
         """The ROWS message's fields for a block of ``num_rows`` rows."""
         return {"num_rows": num_rows, "episode_returns": self.returns, "episode_lengths": self.lengths,
-                "env_steps": self.env_steps, "agent_steps": self.agent_steps, "env_restarts": self.env_restarts,
+                **{name: getattr(self, name) for name in STEP_COUNTS},
                 "episode_stats": self.stats, "host_stats": self.host_stats()}

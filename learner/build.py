@@ -1,7 +1,10 @@
-"""The learner's choices that the ranks of a data-parallel learner share: the device, the algorithm and the batch
-plan one learner process trains (learner/trainer.py and learner/follower.py both take them from here)."""
+"""What one learner process trains with, built the same way by rank 0 (learner/trainer.py) and the other ranks of a
+data-parallel learner (learner/follower.py): the device, the env's spec, the batch plan and the algorithm."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -11,10 +14,12 @@ from configs.rank_plan import make_rank_plan
 from configs.schema import RunConfig
 from envs.base import EnvSpec
 from envs.errors import EnvConfigError
+from envs.registry import probe_env_spec
 from learner.update.algorithm import Algorithm
 from learner.coma.learner import ComaLearner
 from learner.ppo.algorithm import PPO
 from learner.ranks.context import RankContext
+from learner.run.checkpoint import Checkpoint
 from learner.update.reducer import SINGLE_PROCESS, Reducer
 
 
@@ -48,3 +53,40 @@ def learner_plan(config: RunConfig, ranks: RankContext | None) -> BatchPlan:
         return make_plan(config.trainer, num_agents=config.env.num_agents)
     return make_rank_plan(config.trainer, num_agents=config.env.num_agents, world_size=ranks.world_size,
                           coma=config.coma).rank
+
+
+@dataclass(frozen=True, kw_only=True)
+class LearnerSetup:
+    """What one learner process trains with, built the same way on every rank."""
+
+    device: torch.device
+    """Where the updates run (run.device resolved)."""
+    spec: EnvSpec
+    """The env's spaces, agents and episode statistics (probed without stepping it)."""
+    plan: BatchPlan
+    """The batch this process fills and trains: the run's, or a rank's share."""
+    checkpoint: Checkpoint | None
+    """The checkpoint the run continues from (None: a fresh run)."""
+    algorithm: Algorithm
+    """PPO or COMA, the checkpoint's weights loaded."""
+
+
+def build_learner(config: RunConfig, ranks: RankContext | None, *, resume: Callable[[], Checkpoint | None],
+                  seed_offset: int = 0) -> LearnerSetup:
+    """Threads, seed, device, env spec and plan (a config mistake stops here, before any file is touched), then the
+    checkpoint ``resume`` returns (None: fresh weights) and the algorithm, seeded with run.seed + the update the run
+    starts at + ``seed_offset`` (a rank's). Under torchrun every rank then holds rank 0's weights (a broadcast)."""
+    torch.set_num_threads(config.run.torch_threads)
+    torch.manual_seed(config.run.seed)
+    device = resolve_device(config.run.device)
+    spec = probe_env_spec(config.env)
+    plan = learner_plan(config, ranks)
+    checkpoint = resume()
+    update = 0 if checkpoint is None else checkpoint.trainer_state.update
+    algorithm = make_algorithm(config, spec, plan, device=device, seed=config.run.seed + update + seed_offset,
+                               reducer=SINGLE_PROCESS if ranks is None else ranks.reducer)
+    if checkpoint is not None:
+        algorithm.load_state_dict(checkpoint.learned)
+    if ranks is not None:
+        ranks.reducer.broadcast_module(algorithm.replicated())
+    return LearnerSetup(device=device, spec=spec, plan=plan, checkpoint=checkpoint, algorithm=algorithm)

@@ -219,7 +219,8 @@ def _run_rank(args: argparse.Namespace, config: RunConfig, curve: ServerCurve | 
     pending, the process ends at once (os._exit) once its output is flushed."""
     from learner.follower import FollowerRank
     from learner.ranks.context import join_ranks, leave_ranks
-    from learner.trainer import Learner, install_signal_handlers, resolve_device
+    from learner.build import resolve_device
+    from learner.trainer import Learner, install_signal_handlers
 
     try:
         ranks = join_ranks(resolve_device(config.run.device))

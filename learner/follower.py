@@ -11,18 +11,16 @@ stop the run; the follower leaves when rank 0 decides so (or when rank 0 is gone
 from __future__ import annotations
 
 import logging
-import queue
 import signal
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
 import zmq
 
 from configs.schema import RunConfig
-from envs.registry import probe_env_spec
+from learner.build import build_learner
 from learner.serve.addresses import AddressError, binding, learner_addresses
 from learner.update.batch import to_batch
 from learner.run.checkpoint import Checkpoint, load_checkpoint
@@ -31,7 +29,6 @@ from learner.ranks.distributed import CollectiveTimeout
 from learner.serve.ingest import Ingest, open_ingest
 from learner.ranks.link import RankLink
 from learner.ranks.lockstep import FollowerLockstep
-from learner.ranks.report import ReportCursor
 from learner.ranks.store import STOP_PREFIX
 from learner.run.run_dir import RunDirError
 from learner.ranks.context import FACTS_TIMEOUT, RankContext, announce_endpoint, rank_data_binding
@@ -55,37 +52,25 @@ class FollowerState:
     """Why the loop ended (rank 0's reason, or the failure)."""
 
 
-def resume_path(ranks: RankContext) -> str:
-    """The checkpoint rank 0 resumed from ("" for a fresh run), as rank 0 announced it."""
-    return ranks.board.wait_text("resume_from", 0, FACTS_TIMEOUT)
+def rank_zeros_checkpoint(ranks: RankContext) -> Checkpoint | None:
+    """The checkpoint rank 0 resumed from, as rank 0 announced it (None for a fresh run)."""
+    path = ranks.board.wait_text("resume_from", 0, FACTS_TIMEOUT)
+    return load_checkpoint_for(path, rank=ranks.rank) if path else None
 
 
 class FollowerRank:
     """One follower rank's process."""
 
     def __init__(self, config: RunConfig, ranks: RankContext, *, curve: ServerCurve | None) -> None:
-        from learner.build import learner_plan, make_algorithm, resolve_device  # the learner's own choices
-
         self.config = config
         self.ranks = ranks
         self.curve = curve
         self.state = FollowerState()
-        torch.set_num_threads(config.run.torch_threads)
-        torch.manual_seed(config.run.seed)
-        self.device = resolve_device(config.run.device)
-        self.spec = probe_env_spec(config.env)
-        self.plan = learner_plan(config, ranks)
-        path = resume_path(ranks)
-        checkpoint = load_checkpoint_for(path, rank=ranks.rank) if path else None
-        if checkpoint is not None:
-            self.state.update = checkpoint.trainer_state.update
-        self.policy_version = 0 if checkpoint is None else checkpoint.trainer_state.policy_version
-        self.algorithm = make_algorithm(config, self.spec, self.plan, device=self.device,
-                                        seed=config.run.seed + self.state.update + 7919 * ranks.rank,
-                                        reducer=ranks.reducer)
-        if checkpoint is not None:
-            self.algorithm.load_state_dict(checkpoint.learned)
-        ranks.reducer.broadcast_module(self.algorithm.replicated())
+        setup = build_learner(config, ranks, resume=lambda: rank_zeros_checkpoint(ranks), seed_offset=7919 * ranks.rank)
+        self.device, self.spec, self.plan, self.algorithm = setup.device, setup.spec, setup.plan, setup.algorithm
+        if setup.checkpoint is not None:
+            self.state.update = setup.checkpoint.trainer_state.update
+        self.policy_version = 0 if setup.checkpoint is None else setup.checkpoint.trainer_state.policy_version
 
     def run(self) -> int:
         """Serve rows and update until rank 0 stops the run; returns the exit code."""
@@ -134,33 +119,32 @@ class FollowerRank:
                                  segments=self.plan.segments, state_size=self.algorithm.policy.state_size,
                                  stop=threads_stop, registry=registry, curve=self.curve,
                                  pinned=self.device.type == "cuda")
-        ingest.policy_version = self.policy_version
+        ingest.set_policy_version(self.policy_version)
         announce_endpoint(address, self.ranks)
         return ingest
 
     def _loop(self, ingest: Ingest, lockstep: FollowerLockstep) -> None:
-        cursor = ReportCursor()
         rows_wait_from = time.monotonic()
         while True:
             update = self.state.update
             index = self._wait_for_batch(ingest, lockstep, update)
             if index is None:
                 return
-            lockstep.ready(update, cursor.take(ingest.stats, rows_wait_s=time.monotonic() - rows_wait_from))
+            lockstep.ready(update, ingest.counters.take_delta(rows_wait_s=time.monotonic() - rows_wait_from))
             decision = lockstep.wait_decision(update, local_stop=lambda: self.state.signal_reason)
             if decision.startswith(STOP_PREFIX):
                 self.state.stopped_by.append(decision.removeprefix(STOP_PREFIX))
                 return
             try:
-                self.algorithm.update(to_batch(ingest.buffers[index], self.device), update_index=update)
+                self.algorithm.update(to_batch(ingest.slots.buffers[index], self.device), update_index=update)
             except CollectiveTimeout as err:
                 self.state.stopped_by.append(str(err))
                 self.state.exit_code = 1
                 return
-            ingest.free.put(index)
+            ingest.slots.release(index)
             rows_wait_from = time.monotonic()
             self.state.update += 1
-            ingest.policy_version += 1
+            ingest.set_policy_version(ingest.policy_version + 1)
 
     def _wait_for_batch(self, ingest: Ingest, lockstep: FollowerLockstep, update: int) -> int | None:
         """This rank's next full batch; None when rank 0 decided to stop before ``update`` (a signal here is passed
@@ -179,10 +163,9 @@ class FollowerRank:
                 self.state.stopped_by.extend(gone)
                 self.state.exit_code = 1
                 return None
-            try:
-                return ingest.ready.get(timeout=0.05)
-            except queue.Empty:
-                continue
+            index = ingest.slots.next_full(timeout=0.05)
+            if index is not None:
+                return index
 
     def install_signal_handlers(self) -> None:
         """SIGINT/SIGTERM: ask rank 0 to stop the run; this rank then exits with 128 + the signal's number."""

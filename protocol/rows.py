@@ -99,6 +99,11 @@ its consumers (the learner's RowBatch, and Minibatch when the losses read it) th
 ROW_FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in ROW_FIELDS)
 """The names of ROW_FIELDS, in order."""
 
+STEP_COUNTS: tuple[str, ...] = ("env_steps", "agent_steps", "env_restarts")
+"""The counts a ROWS message carries as top-level fields: the actor host's env steps (one env, all its agents, one
+step), agent steps (steps of active agents: what total_timesteps counts) and env groups rebuilt after raising, since
+its last message. Each an integer >= 0 (``learner/serve/row_checks.py`` bounds them)."""
+
 HOST_STATS: tuple[str, ...] = ("inference_batches", "inference_agents", "inference_s", "act_s", "worker_wait_s",
                                "worker_step_s")
 """Keys of a ROWS message's optional ``host_stats`` map: the actor host's counters since its last message

@@ -16,7 +16,8 @@ import zmq
 from envs.base import EnvSpec
 from envs.spaces import ActionSpace
 from envs.rows import row_layout
-from learner.serve.ingest import Ingest, host_timing
+from learner.serve.ingest import Ingest
+from learner.serve.ingest_counters import host_timing
 from learner.serve import row_checks
 from learner.serve.senders import Sender, SenderRegistry
 from protocol import Limits, Message, MessageType, ProtocolError, decode, encode
@@ -54,7 +55,7 @@ def ingest_and_push(*, start: bool):
     thread = Ingest(context=context, endpoint=f"tcp://127.0.0.1:{port}", segments=SEGMENTS, env=SPEC,
                     horizon=HORIZON, state_size=0, max_policy_lag=2, hwm=4, buffer_bytes=65536, limits=Limits(),
                     stop=stop, registry=registry, rows_per_message=ROWS_PER_MESSAGE, max_abs_value=1e6)
-    thread.policy_version = 10
+    thread.set_policy_version(10)
     if start:
         thread.start()
     push = context.socket(zmq.PUSH)
@@ -78,32 +79,39 @@ def ingest():
         yield pair
 
 
+def full_slot(thread: Ingest) -> int:
+    """The index of the next filled batch buffer (the update loop's side of the ingest)."""
+    index = thread.slots.next_full(timeout=10)
+    assert index is not None, "no batch buffer filled within 10 s"
+    return index
+
+
 def test_stale_rows_are_dropped_and_counted(ingest):
     thread, push = ingest
     # lags 0, 1, 2 are kept; 3 and 7 are beyond max_policy_lag = 2
     push.send_multipart(encode(rows_message([10, 9, 7, 8, 3], marker=100.0)))
     push.send_multipart(encode(rows_message([10, 10, 10], marker=200.0)))
-    index = thread.ready.get(timeout=10)
-    batch = thread.buffers[index].arrays
+    index = full_slot(thread)
+    batch = thread.slots.buffers[index].arrays
     assert batch["versions"].tolist() == [10, 9, 8, 10, 10, 10]
     assert batch["rewards"][:, 0].tolist() == [100.0, 101.0, 103.0, 200.0, 201.0, 202.0]
-    with thread.stats.lock:
-        assert thread.stats.rows_dropped["stale"] == 2
-        assert thread.stats.rows_received == 6
-        assert thread.stats.lag_max == 2
-        assert thread.stats.lag_sum == 0 + 1 + 2 and thread.stats.lag_rows == 6
-        assert thread.stats.episodes == 2 and thread.stats.env_steps == 8
+    totals = thread.counters.totals()
+    assert totals.rows_dropped["stale"] == 2
+    assert totals.rows_received == 6
+    assert totals.lag_max == 2
+    assert totals.lag_sum == 0 + 1 + 2 and totals.lag_rows == 6
+    assert totals.episodes == 2 and totals.env_steps == 8
 
 
 def test_message_with_only_stale_rows_still_counts_its_episodes(ingest):
     thread, push = ingest
     push.send_multipart(encode(rows_message([1, 2], marker=0.0)))
     push.send_multipart(encode(rows_message([10] * SEGMENTS, marker=5.0)))
-    index = thread.ready.get(timeout=10)
-    assert thread.buffers[index].arrays["versions"].tolist() == [10] * SEGMENTS
-    with thread.stats.lock:
-        assert thread.stats.rows_dropped["stale"] == 2
-        assert thread.stats.episodes == 2  # the stale rows' episodes still happened
+    index = full_slot(thread)
+    assert thread.slots.buffers[index].arrays["versions"].tolist() == [10] * SEGMENTS
+    totals = thread.counters.totals()
+    assert totals.rows_dropped["stale"] == 2
+    assert totals.episodes == 2  # the stale rows' episodes still happened
 
 
 def test_recurrent_state_width_is_checked(ingest):
@@ -114,9 +122,9 @@ def test_recurrent_state_width_is_checked(ingest):
     push.send_multipart(encode(Message(type=bad.type, sender=bad.sender, version=bad.version,
                                        fields=bad.fields, arrays=arrays)))
     push.send_multipart(encode(rows_message([10] * SEGMENTS, marker=5.0)))
-    thread.ready.get(timeout=10)
-    with thread.stats.lock:
-        assert sum(thread.stats.messages_dropped.values()) == 1
+    full_slot(thread)
+    totals = thread.counters.totals()
+    assert sum(totals.messages_dropped.values()) == 1
 
 
 def with_host_stats(message: Message, host_stats: dict) -> Message:
@@ -130,9 +138,9 @@ def test_host_stats_are_summed_and_turned_into_inference_figures(ingest):
              "worker_wait_s": 1.0, "worker_step_s": 3.0}
     push.send_multipart(encode(with_host_stats(rows_message([10] * 3, marker=1.0), stats)))
     push.send_multipart(encode(with_host_stats(rows_message([10] * 3, marker=2.0), stats)))
-    thread.ready.get(timeout=10)
-    with thread.stats.lock:
-        summed = dict(thread.stats.host_stats)
+    full_slot(thread)
+    totals = thread.counters.totals()
+    summed = dict(totals.host_stats)
     assert summed["inference_agents"] == 200 and summed["worker_step_s"] == 6.0
     timing = host_timing(summed)
     assert timing["inference_batch_agents_mean"] == 25.0
@@ -156,11 +164,11 @@ def test_bad_host_stats_reject_the_message_and_are_counted(ingest, host_stats, m
         row_checks.host_stats(decode(encode(bad)))
     push.send_multipart(encode(bad))
     push.send_multipart(encode(rows_message([10] * SEGMENTS, marker=5.0)))
-    index = thread.ready.get(timeout=10)
-    assert thread.buffers[index].arrays["rewards"][:, 0].tolist() == [5.0, 6.0, 7.0, 8.0, 9.0, 10.0]
-    with thread.stats.lock:
-        assert thread.stats.messages_dropped["bad_field"] == 1
-        assert not thread.stats.host_stats
+    index = full_slot(thread)
+    assert thread.slots.buffers[index].arrays["rewards"][:, 0].tolist() == [5.0, 6.0, 7.0, 8.0, 9.0, 10.0]
+    totals = thread.counters.totals()
+    assert totals.messages_dropped["bad_field"] == 1
+    assert not totals.host_stats
 
 
 def test_rows_from_a_newer_policy_than_the_learner_are_dropped_as_future(ingest):
@@ -168,11 +176,11 @@ def test_rows_from_a_newer_policy_than_the_learner_are_dropped_as_future(ingest)
     thread, push = ingest
     push.send_multipart(encode(rows_message([12, 11, 10], marker=1.0)))
     push.send_multipart(encode(rows_message([10] * SEGMENTS, marker=5.0)))
-    index = thread.ready.get(timeout=10)
-    assert thread.buffers[index].arrays["rewards"][:, 0].tolist() == [3.0, 5.0, 6.0, 7.0, 8.0, 9.0]
-    with thread.stats.lock:
-        assert thread.stats.rows_dropped["future"] == 2 and thread.stats.rows_dropped["stale"] == 0
-        assert thread.stats.lag_max == 0
+    index = full_slot(thread)
+    assert thread.slots.buffers[index].arrays["rewards"][:, 0].tolist() == [3.0, 5.0, 6.0, 7.0, 8.0, 9.0]
+    totals = thread.counters.totals()
+    assert totals.rows_dropped["future"] == 2 and totals.rows_dropped["stale"] == 0
+    assert totals.lag_max == 0
 
 
 def test_rows_left_over_from_a_block_start_the_next_batch_and_never_touch_the_ready_one(ingest):
@@ -180,11 +188,11 @@ def test_rows_left_over_from_a_block_start_the_next_batch_and_never_touch_the_re
     push.send_multipart(encode(rows_message([10] * 4, marker=0.0)))
     push.send_multipart(encode(rows_message([10] * 5, marker=10.0)))  # 2 rows fill batch one, 3 start batch two
     push.send_multipart(encode(rows_message([10] * 3, marker=20.0)))
-    first = thread.ready.get(timeout=10)
-    second = thread.ready.get(timeout=10)
+    first = full_slot(thread)
+    second = full_slot(thread)
     assert first != second
-    assert thread.buffers[first].arrays["rewards"][:, 0].tolist() == [0.0, 1.0, 2.0, 3.0, 10.0, 11.0]
-    assert thread.buffers[second].arrays["rewards"][:, 0].tolist() == [12.0, 13.0, 14.0, 20.0, 21.0, 22.0]
+    assert thread.slots.buffers[first].arrays["rewards"][:, 0].tolist() == [0.0, 1.0, 2.0, 3.0, 10.0, 11.0]
+    assert thread.slots.buffers[second].arrays["rewards"][:, 0].tolist() == [12.0, 13.0, 14.0, 20.0, 21.0, 22.0]
 
 
 @pytest.fixture
@@ -199,8 +207,8 @@ def test_a_snapshot_hands_over_the_counters_and_restarts_the_since_last_take_fig
     stats = {"inference_batches": 4, "inference_agents": 100, "inference_s": 0.002}
     push.send_multipart(encode(with_host_stats(rows_message([10, 9, 7, 8, 3], marker=1.0), stats)))
     push.send_multipart(encode(rows_message([10, 10, 10], marker=2.0)))
-    thread.ready.get(timeout=10)
-    snapshot = thread.take_snapshot()
+    full_slot(thread)
+    snapshot = thread.counters.take_snapshot()
     assert (snapshot.env_steps, snapshot.agent_steps, snapshot.episodes) == (8, 8, 2)
     assert snapshot.recent_returns == (1.0, 1.0) and snapshot.recent_lengths == (3, 3)
     assert (snapshot.rows_received, snapshot.rows_dropped_stale, snapshot.rows_dropped_future) == (6, 2, 0)
@@ -208,7 +216,7 @@ def test_a_snapshot_hands_over_the_counters_and_restarts_the_since_last_take_fig
     assert snapshot.host_timing["inference_batch_agents_mean"] == 25.0
     assert snapshot.messages_dropped == 0 and snapshot.env_restarts == 0 and snapshot.episode_stat_means == {}
     assert snapshot.messages_dropped_by_reason == {}
-    again = thread.take_snapshot()
+    again = thread.counters.take_snapshot()
     assert (again.env_steps, again.episodes, again.recent_returns, again.rows_dropped_stale) == (8, 2, (1.0, 1.0), 2)
     assert again.policy_lag_mean == 0.0 and again.policy_lag_max == 0
     assert set(again.host_timing.values()) == {None}
@@ -219,8 +227,8 @@ def test_resume_totals_continue_a_checkpoints_counts_and_only_before_start(unsta
     thread.resume_totals(env_steps=1000, agent_steps=3000, episodes=7, recent_returns=[5.0] * 100)
     thread.start()
     push.send_multipart(encode(rows_message([10] * SEGMENTS, marker=1.0)))
-    thread.ready.get(timeout=10)
-    snapshot = thread.take_snapshot()
+    full_slot(thread)
+    snapshot = thread.counters.take_snapshot()
     assert (snapshot.env_steps, snapshot.agent_steps, snapshot.episodes) == (1006, 3006, 8)
     assert snapshot.recent_returns == (5.0,) * 99 + (1.0,)
     with pytest.raises(RuntimeError, match="after start"):
@@ -238,16 +246,16 @@ def test_rows_without_a_registered_token_are_dropped_counted_by_reason_and_logge
     push.send_multipart(encode(rows_message([10, 10], marker=1.0, token=None)))
     push.send_multipart(encode(rows_message([10, 10], marker=1.0, token="b" * 32)))
     push.send_multipart(encode(rows_message([10, 10], marker=1.0, token=TOKEN)))
-    assert wait_for(lambda: thread.stats.rows_received == 2, 10)
+    assert wait_for(lambda: thread.counters.totals().rows_received == 2, 10)
     thread.registry.remove(TOKEN)  # the host said BYE: its rows are refused from now on
     for _ in range(2):
         push.send_multipart(encode(rows_message([10] * SEGMENTS, marker=1.0)))
-    assert wait_for(lambda: sum(thread.stats.messages_dropped.values()) == 4, 10)
+    assert wait_for(lambda: sum(thread.counters.totals().messages_dropped.values()) == 4, 10)
     thread.registry.add(SENDER)
     push.send_multipart(encode(rows_message([10] * SEGMENTS, marker=5.0)))
-    index = thread.ready.get(timeout=10)
-    assert thread.buffers[index].arrays["rewards"][:, 0].tolist() == [1.0, 2.0, 5.0, 6.0, 7.0, 8.0]
-    snapshot = thread.take_snapshot()
+    index = full_slot(thread)
+    assert thread.slots.buffers[index].arrays["rewards"][:, 0].tolist() == [1.0, 2.0, 5.0, 6.0, 7.0, 8.0]
+    snapshot = thread.counters.take_snapshot()
     assert snapshot.messages_dropped_by_reason == {"not_registered": 4} and snapshot.messages_dropped == 4
     assert snapshot.env_steps == 2 + SEGMENTS  # nothing of a refused message is counted
     lines = [r.getMessage() for r in caplog.records if "refused a ROWS message" in r.getMessage()]
@@ -259,8 +267,8 @@ def test_rows_under_another_curve_key_than_the_registration_are_dropped(ingest):
     thread.registry.add(Sender(name="keyed", token="k" * 32, curve_key="x" * 40, num_envs=4, agent_slots=4))
     push.send_multipart(encode(rows_message([10, 10], marker=1.0, token="k" * 32)))  # no CURVE here: no key
     push.send_multipart(encode(rows_message([10] * SEGMENTS, marker=5.0)))
-    thread.ready.get(timeout=10)
-    assert thread.take_snapshot().messages_dropped_by_reason == {"identity_mismatch": 1}
+    full_slot(thread)
+    assert thread.counters.take_snapshot().messages_dropped_by_reason == {"identity_mismatch": 1}
 
 
 @pytest.mark.parametrize("change, reason", [
@@ -275,8 +283,8 @@ def test_messages_with_impossible_counts_are_dropped_and_count_nothing(ingest, c
     thread, push = ingest
     push.send_multipart(encode(change(rows_message([10, 10], marker=1.0))))
     push.send_multipart(encode(rows_message([10] * SEGMENTS, marker=5.0)))
-    thread.ready.get(timeout=10)
-    snapshot = thread.take_snapshot()
+    full_slot(thread)
+    snapshot = thread.counters.take_snapshot()
     assert snapshot.messages_dropped_by_reason == {reason: 1}
     assert (snapshot.agent_steps, snapshot.episodes) == (SEGMENTS, 1)
 
@@ -297,7 +305,7 @@ def test_with_curve_rows_must_arrive_under_the_key_their_token_registered_with(t
     thread = Ingest(context=context, endpoint="tcp://127.0.0.1:*", segments=SEGMENTS, env=SPEC, horizon=HORIZON,
                     state_size=0, max_policy_lag=2, hwm=4, buffer_bytes=65536, limits=Limits(), stop=stop,
                     registry=registry, rows_per_message=ROWS_PER_MESSAGE, max_abs_value=1e6, curve=curve)
-    thread.policy_version = 10
+    thread.set_policy_version(10)
     endpoint = thread.socket.getsockopt(zmq.LAST_ENDPOINT).decode()
     pushes = []
     try:
@@ -309,12 +317,12 @@ def test_with_curve_rows_must_arrive_under_the_key_their_token_registered_with(t
             push.connect(endpoint)
             pushes.append(push)
         pushes[0].send_multipart(encode(rows_message([10] * 3, marker=1.0)))
-        assert wait_for(lambda: thread.take_snapshot().messages_dropped == 1, 10)
+        assert wait_for(lambda: thread.counters.take_snapshot().messages_dropped == 1, 10)
         pushes[1].send_multipart(encode(rows_message([10] * 3, marker=5.0)))
         pushes[1].send_multipart(encode(rows_message([10] * 3, marker=8.0)))
-        index = thread.ready.get(timeout=10)
-        assert thread.buffers[index].arrays["rewards"][:, 0].tolist() == [5.0, 6.0, 7.0, 8.0, 9.0, 10.0]
-        assert thread.take_snapshot().messages_dropped_by_reason == {"identity_mismatch": 1}
+        index = full_slot(thread)
+        assert thread.slots.buffers[index].arrays["rewards"][:, 0].tolist() == [5.0, 6.0, 7.0, 8.0, 9.0, 10.0]
+        assert thread.counters.take_snapshot().messages_dropped_by_reason == {"identity_mismatch": 1}
     finally:
         stop.set()
         thread.join(timeout=5)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import learner.trainer
+import learner.build
 from configs.loader import load_config
 from learner.run.checkpoint import TrainerState, list_checkpoints, save_checkpoint
 from learner.cli import main
@@ -52,7 +52,7 @@ def test_an_internal_error_at_startup_propagates_with_its_traceback(tmp_path, ca
     def broken_probe(_cfg):
         raise ValueError("internal: spec cache out of sync")
 
-    monkeypatch.setattr(learner.trainer, "probe_env_spec", broken_probe)
+    monkeypatch.setattr(learner.build, "probe_env_spec", broken_probe)
     with pytest.raises(ValueError, match="internal: spec cache out of sync"):
         main(learner_args(tmp_path))
     assert "python -m learner: error" not in capsys.readouterr().err

@@ -8,7 +8,7 @@ import json
 from configs.schema import TrainerSection
 from learner.run.checkpoint import TrainerState
 from learner.serve.control import ControlCounts
-from learner.serve.ingest import IngestSnapshot
+from learner.serve.ingest_counters import IngestSnapshot
 from learner.monitor.metrics_log import MetricsLog
 from learner.monitor.metrics_record import RunClock, metrics_record, outcome_rates
 from learner.stop_rules import check_stop_rules

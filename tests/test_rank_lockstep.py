@@ -12,9 +12,8 @@ import torch.distributed as dist
 
 from learner.ranks.distributed import ProcessGroupReducer
 from learner.serve.host_routing import HostRouting
-from learner.serve.ingest import IngestStats
+from learner.serve.ingest_counters import IngestCounters, IngestDelta
 from learner.ranks.lockstep import (BEHIND_UPDATES, FollowerLockstep, LeaderLockstep, RankWaits, rank_wait_metrics)
-from learner.ranks.report import RankReport
 from learner.ranks.store import STOP_PREFIX, UPDATE, RankStore
 from learner.ranks.context import RankContext
 
@@ -59,18 +58,18 @@ class Pair:
     leader: LeaderLockstep
     follower: FollowerLockstep
     link: StubLink
-    stats: IngestStats
+    counters: IngestCounters
     routing: HostRouting
     announced: list[str]
 
 
 def _pair(routing: HostRouting | None = None) -> Pair:
     board = RankStore(store=dist.HashStore())
-    link, stats, announced = StubLink(), IngestStats(), []
+    link, counters, announced = StubLink(), IngestCounters(), []
     routing = routing or HostRouting(["tcp://*:1", "tcp://*:2"])
-    leader = LeaderLockstep(_context(board, 0), link, stats=stats, routing=routing, announce=announced.append,
+    leader = LeaderLockstep(_context(board, 0), link, counters=counters, routing=routing, announce=announced.append,
                             observe_fills=lambda fills: None)
-    return Pair(leader=leader, follower=FollowerLockstep(_context(board, 1), link), link=link, stats=stats,
+    return Pair(leader=leader, follower=FollowerLockstep(_context(board, 1), link), link=link, counters=counters,
                 routing=routing, announced=announced)
 
 
@@ -90,8 +89,8 @@ def test_leader_waits_for_the_followers_report_then_both_run_the_update() -> Non
     requests = StopRequests()
     waiting, waits = _in_thread(pair.leader.wait_for_followers, 7, stop=threading.Event(), request_stop=requests,
                                 own_wait_s=0.25)
-    report = RankReport(rows_wait_s=1.5, env_steps=40, agent_steps=80, episodes=2, returns=[1.0, 3.0],
-                        lengths=[5, 6], rows_received=64, lag_sum=4, lag_max=2, lag_rows=4)
+    report = IngestDelta(rows_wait_s=1.5, env_steps=40, agent_steps=80, episodes=2, returns=[1.0, 3.0],
+                         lengths=[5, 6], rows_received=64, lag_sum=4, lag_max=2, lag_rows=4)
     pair.follower.ready(7, report)
     waiting.join(JOIN_S)
     assert not waiting.is_alive()
@@ -99,9 +98,10 @@ def test_leader_waits_for_the_followers_report_then_both_run_the_update() -> Non
     assert isinstance(result, RankWaits)
     assert result.rows_wait_s == {0: 0.25, 1: 1.5}
     assert result.followers_wait_s >= 0
-    assert (pair.stats.env_steps, pair.stats.agent_steps, pair.stats.episodes) == (40, 80, 2)
-    assert list(pair.stats.recent_returns) == [1.0, 3.0]
-    assert (pair.stats.rows_received, pair.stats.lag_sum, pair.stats.lag_max, pair.stats.lag_rows) == (64, 4, 2, 4)
+    totals = pair.counters.totals()
+    assert (totals.env_steps, totals.agent_steps, totals.episodes) == (40, 80, 2)
+    assert list(pair.counters.take_snapshot().recent_returns) == [1.0, 3.0]
+    assert (totals.rows_received, totals.lag_sum, totals.lag_max, totals.lag_rows) == (64, 4, 2, 4)
     assert requests.calls == []
 
     deciding, decision = _in_thread(pair.follower.wait_decision, 7, local_stop=lambda: None)
@@ -196,7 +196,7 @@ def test_a_stop_set_while_the_leader_waits_returns_none() -> None:
     waiting.join(JOIN_S)
     assert not waiting.is_alive()
     assert waits["value"] is None
-    assert pair.stats.env_steps == 0
+    assert pair.counters.totals().env_steps == 0
 
 
 def test_a_gone_leader_ends_the_followers_wait_for_a_decision() -> None:

@@ -253,11 +253,11 @@ def offer(context: zmq.Context, case: Case, arrays: dict[str, np.ndarray], field
                     buffer_bytes=65536, limits=Limits(), stop=threading.Event(), registry=registry,
                     rows_per_message=case.rows_per_message, max_abs_value=MAX_ABS)
     try:
-        ingest.policy_version = POLICY_VERSION
+        ingest.set_policy_version(POLICY_VERSION)
         message = Message(type=MessageType.ROWS, sender="prop-host", version=POLICY_VERSION, fields=fields,
                           arrays=arrays)
         kept = ingest._accept([zmq.Frame(bytes(frame)) for frame in encode(message)])
-        return kept, ingest.take_snapshot()
+        return kept, ingest.counters.take_snapshot()
     finally:
         ingest.socket.close(linger=0)
 

@@ -181,7 +181,7 @@ def test_ingest_buffers_follow_the_table() -> None:
                     stop=threading.Event(), registry=SenderRegistry(), rows_per_message=8, max_abs_value=1e6)
     try:
         assert ingest.specs == WIRE
-        for buffers in ingest.buffers:
+        for buffers in ingest.slots.buffers:
             check_table_arrays(buffers.arrays, 7)
             assert np.isnan(buffers.arrays["values"]).all() and (buffers.arrays["versions"] == -1).all()
     finally:

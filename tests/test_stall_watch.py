@@ -11,7 +11,7 @@ import urllib.request
 
 import pytest
 
-from learner.serve.ingest import IngestTotals
+from learner.serve.ingest_counters import IngestTotals
 from learner.monitor.stall_watch import StallRule, StallWatch, describe_cause
 from tests.processes import Run, metrics, wait_for
 

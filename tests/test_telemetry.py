@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from actors.host_metrics import HostMetrics, HostView
 from actors.rows_report import RowsReport
 from learner.serve.control import ControlCounts, scrape_target
-from learner.serve.ingest import IngestTotals
+from learner.serve.ingest_counters import IngestTotals
 from learner.pool.metrics import PoolMetrics
 from learner.monitor.prometheus_metrics import LearnerMetrics, RunCounts
 from telemetry.bulk_histogram import BulkHistogram

@@ -13,7 +13,7 @@ import numpy as np
 
 from learner.run.checkpoint import TrainerState
 from learner.serve.control import ControlCounts
-from learner.serve.ingest import IngestSnapshot
+from learner.serve.ingest_counters import IngestSnapshot
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -23,7 +23,7 @@ from prometheus_client.registry import Collector
 
 from learner.serve.control import ControlCounts
 from learner.monitor.health import ValueHealth
-from learner.serve.ingest import IngestTotals
+from learner.serve.ingest_counters import IngestTotals
 from telemetry.buckets import MESSAGE_BYTES
 from telemetry.bulk_histogram import BulkHistogram
 

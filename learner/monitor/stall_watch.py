@@ -17,7 +17,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from learner.serve.ingest import IngestTotals
+from learner.serve.ingest_counters import IngestTotals
 
 RECENT_INTERVALS = 20
 """Intervals between updates the usual one is the median of."""

@@ -21,6 +21,7 @@ index.json is rebuilt rather than raised (learner/pool/store.py, "Trust", states
 from __future__ import annotations
 
 import argparse
+import logging
 import signal
 import sys
 import threading
@@ -41,6 +42,8 @@ from protocol.endpoints import parse_endpoint
 from telemetry.exporter import MetricsBindError, MetricsEndpoint
 from telemetry.options import add_metrics_options, metrics_port_error
 from telemetry.registry import new_registry
+
+LOG = logging.getLogger("sluice.learner")
 
 POOL_REQUESTS = (MessageType.GET_OPPONENTS, MessageType.GET_SNAPSHOT)
 MAX_ENVS_PER_REQUEST = 8192
@@ -143,6 +146,20 @@ class PoolService:
             raise ProtocolError("not_found", str(err)) from err
         return Message(type=MessageType.SNAPSHOT, sender="pool", fields={"digest": digest},
                        arrays={"file": np.frombuffer(data, dtype=np.uint8)})
+
+
+def open_run_pool(pool_dir: Path, section: SelfPlaySection, *, seed: int, metrics: PoolMetrics,
+                  weights: dict[str, np.ndarray], update: int, policy_version: int) -> PoolService:
+    """A learner's opponent pool (kept across --resume): snapshots newer than ``update`` are dropped (a resumed run
+    takes them again), and an empty pool starts with the current ``weights``."""
+    service = PoolService(SnapshotStore(pool_dir), section, seed=seed, metrics=metrics)
+    dropped = service.store.truncate_after(update)
+    if dropped:
+        LOG.info("opponent pool: dropped %d snapshots newer than update %d", dropped, update)
+    if len(service.store) == 0:
+        service.add_snapshot(weights, update=update, policy_version=policy_version)
+    LOG.info("opponent pool: %d snapshots in %s", len(service.store), pool_dir)
+    return service
 
 
 def serve(service: PoolService, endpoint: str, stop: threading.Event, limits: Limits | None = None,

@@ -2,8 +2,8 @@
 
 Per update N:
 
-- a follower (rank >= 1) fills its batch, then marks itself ready on the board with a ``RankReport`` of what its
-  ingest counted (learner/ranks/report.py) and waits for rank 0's decision for N;
+- a follower (rank >= 1) fills its batch, then marks itself ready on the board with an ``IngestDelta`` of what its
+  ingest counted (learner/serve/ingest_counters.py) and waits for rank 0's decision for N;
 - rank 0 fills its own batch, waits until every follower is ready, merges their reports into its counters and
   decides ``update``; every rank then runs update N (the collectives inside it find all ranks there);
 - when the run stops (a stop rule, a signal, a follower's stop request, a rank that is gone), rank 0 decides
@@ -22,9 +22,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from learner.serve.host_routing import HostRouting
-from learner.serve.ingest import IngestStats
+from learner.serve.ingest_counters import IngestCounters, IngestDelta
 from learner.ranks.link import RankLink
-from learner.ranks.report import RankReport, merge_report
+from learner.serve.senders import SenderRegistry
 from learner.ranks.store import STOP_PREFIX, UPDATE
 from learner.ranks.context import RankContext
 
@@ -41,6 +41,8 @@ and at least twice as long."""
 
 WAITING_NOTICE_S = 10.0
 """While rank 0 waits for the other ranks' rows, a console line every this many seconds says which."""
+RANK_GONE_WAIT_S = 4.0
+"""After a failed collective, how long rank 0 looks for the rank that is gone before stopping with the error."""
 StopRequest = Callable[..., None]
 """``Learner.request_stop(reason, exit_code=...)``."""
 
@@ -58,14 +60,24 @@ class RankWaits:
 class LeaderLockstep:
     """Rank 0's side: wait for the followers, merge their reports, decide."""
 
-    def __init__(self, ranks: RankContext, link: RankLink, *, stats: IngestStats, routing: HostRouting,
+    @classmethod
+    def start(cls, ranks: RankContext, *, counters: IngestCounters, registry: SenderRegistry, routing: HostRouting,
+              fill: Callable[[], float], stop: threading.Event, announce: Callable[[str], None],
+              observe_fills: Callable[[dict[int, float]], None]) -> LeaderLockstep:
+        """Rank 0's lockstep with its link to the other ranks (heartbeats, the registered hosts) started; ``fill``:
+        rank 0's own batch fill; ``stop``: ends the link's thread."""
+        link = RankLink(ranks, registry, fill=fill, stop=stop)
+        link.start()
+        return cls(ranks, link, counters=counters, routing=routing, announce=announce, observe_fills=observe_fills)
+
+    def __init__(self, ranks: RankContext, link: RankLink, *, counters: IngestCounters, routing: HostRouting,
                  announce: Callable[[str], None], observe_fills: Callable[[dict[int, float]], None]) -> None:
         """``announce``: the console's event lines; ``observe_fills``: the followers' batch fill while rank 0 waits
         (Prometheus)."""
         self.ranks = ranks
         self.observe_fills = observe_fills
         self.link = link
-        self.stats = stats
+        self.counters = counters
         self.routing = routing
         self.announce = announce
         self.last_check = 0.0
@@ -106,8 +118,8 @@ class LeaderLockstep:
             time.sleep(POLL_S)
         waits = {0: own_wait_s}
         for rank in range(1, self.ranks.world_size):
-            report = RankReport.decode(self.ranks.board.take_report(update, rank=rank))
-            merge_report(self.stats, report)
+            report = IngestDelta.decode(self.ranks.board.take_report(update, rank=rank))
+            self.counters.merge(report)
             waits[rank] = report.rows_wait_s
         result = RankWaits(rows_wait_s=waits, followers_wait_s=time.monotonic() - started)
         self._relieve_behind(waits)
@@ -124,6 +136,25 @@ class LeaderLockstep:
     def go(self, update: int) -> None:
         """Every rank runs ``update``."""
         self.ranks.board.decide(update, UPDATE)
+
+    def next_update(self, update: int, *, stop: threading.Event, request_stop: StopRequest,
+                    own_wait_s: float) -> RankWaits | None:
+        """Once rank 0 has its batch: wait until every rank has its own, then tell them all to run ``update``;
+        None when the run is to stop first (no rank runs it)."""
+        waits = self.wait_for_followers(update, stop=stop, request_stop=request_stop, own_wait_s=own_wait_s)
+        if waits is not None:
+            self.go(update)
+        return waits
+
+    def failure_reason(self, error: Exception) -> str:
+        """A collective failed mid-update: the line naming the rank that is gone, when it can be told within
+        RANK_GONE_WAIT_S, else the error itself."""
+        deadline = time.monotonic() + RANK_GONE_WAIT_S
+        gone = self.link.gone()
+        while not gone and time.monotonic() < deadline:
+            time.sleep(0.1)
+            gone = self.link.gone()
+        return "; ".join(gone) if gone else str(error)
 
     def end(self, update: int, reason: str) -> None:
         """No rank runs ``update``: the run stops."""
@@ -168,7 +199,7 @@ class FollowerLockstep:
             return decision.removeprefix(STOP_PREFIX)
         return None
 
-    def ready(self, update: int, report: RankReport) -> None:
+    def ready(self, update: int, report: IngestDelta) -> None:
         """This rank has its batch for ``update``."""
         self.ranks.board.mark_ready(update, report.encode(), rank=self.ranks.rank)
 

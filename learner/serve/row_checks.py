@@ -41,7 +41,7 @@ import numpy as np
 from envs.spaces import ActionSpace
 from learner.serve.senders import Sender
 from protocol import Message, ProtocolError
-from protocol.rows import HOST_STATS, ROW_FIELDS
+from protocol.rows import HOST_STATS, ROW_FIELDS, STEP_COUNTS
 from protocol.validation import out_of_range_index
 
 MAX_EPISODE_LENGTH = int(np.iinfo(np.int32).max)
@@ -261,11 +261,11 @@ def read_report(message: Message, *, sender: Sender, rules: RowRules, stat_names
     """The counters, episodes and timing of a ROWS message, checked (module docstring); ProtocolError if wrong."""
     fields = message.fields
     num_rows = fields["num_rows"]
-    env_steps, agent_steps = fields["env_steps"], fields["agent_steps"]
-    env_restarts = fields.get("env_restarts", 0)
-    for name, value in (("env_steps", env_steps), ("agent_steps", agent_steps), ("env_restarts", env_restarts)):
+    counts = {name: fields.get(name, 0) for name in STEP_COUNTS}  # env_restarts is optional, the rest required
+    for name, value in counts.items():
         if value < 0:
             raise ProtocolError("bad_counter", f"ROWS field '{name}' must be >= 0, got {value}")
+    env_steps, agent_steps, env_restarts = counts["env_steps"], counts["agent_steps"], counts["env_restarts"]
     agents_per_env = sender.agent_slots / max(1, sender.num_envs)
     slots_stepped = -(-env_steps * sender.agent_slots // max(1, sender.num_envs))  # agents of the envs stepped
     _at_most("agent_steps", agent_steps, max_agent_steps(num_rows, sender, rules),
@@ -282,9 +282,8 @@ def read_report(message: Message, *, sender: Sender, rules: RowRules, stat_names
     _at_most("episode_returns", len(returns), max_episodes(agent_steps, sender),
              f"agent_steps {agent_steps} plus {sender.agent_slots} agent slots: each slot's episodes but its first "
              f"end after a step this message counts")
-    return HostReport(env_steps=env_steps, agent_steps=agent_steps, env_restarts=env_restarts, returns=returns,
-                      lengths=lengths, named_stats=named_stats(message, stat_names, len(returns)),
-                      host_stats=host_stats(message))
+    return HostReport(**counts, returns=returns, lengths=lengths,
+                      named_stats=named_stats(message, stat_names, len(returns)), host_stats=host_stats(message))
 
 
 def _at_most(name: str, value: int, limit: int, why: str) -> None:

@@ -1,0 +1,64 @@
+"""The learner's three sockets, bound together: the control server (ROUTER: registration, heartbeats, the opponent
+pool), the ingest (PULL: rows into the batch slots) and the weights publisher (PUB), sharing one registry of the
+actor hosts that may send rows."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import zmq
+
+from configs.loader import config_to_dict
+from configs.schema import RunConfig
+from envs.base import EnvSpec
+from learner.pool.server import PoolService
+from learner.serve.addresses import LearnerAddresses, binding
+from learner.serve.control import ControlServer
+from learner.serve.host_routing import HostRouting
+from learner.serve.host_sizing import HostSizing
+from learner.serve.ingest import Ingest, IngestObserver, open_ingest
+from learner.serve.senders import SenderRegistry
+from learner.serve.weights import WeightsPublisher
+from protocol import Limits
+from protocol.curve import ServerCurve, ZapGuard
+
+
+@dataclass(frozen=True, kw_only=True)
+class Serving:
+    """The bound sockets' owners; the caller starts the two threads and closes them."""
+
+    control: ControlServer
+    """Registration, heartbeats, weights on request, the opponent pool (a thread)."""
+    ingest: Ingest
+    """Rows into the batch slots, counted (a thread)."""
+    publisher: WeightsPublisher
+    """New weights to every subscribed host after each update."""
+
+
+def bind_serving(config: RunConfig, spec: EnvSpec, addresses: LearnerAddresses, *, context: zmq.Context,
+                 stop: threading.Event, segments: int, state_size: int, pool: PoolService | None,
+                 curve: ServerCurve | None, zap: ZapGuard | None, announce: Callable[[str], None],
+                 observer: IngestObserver | None, routing: HostRouting | None, pinned: bool) -> Serving:
+    """Bind the control, data and weights sockets (AddressError naming the one that cannot be); ``segments`` and
+    ``state_size``: the batch rows and the policy's recurrent state; ``routing``: the ranks' data endpoints hosts are
+    sent to (None: this learner's own); ``pinned``: page-locked batch buffers for a learner on a GPU."""
+    net = config.network
+    registration = {"config": config_to_dict(config), "data_endpoint": addresses.data.url,
+                    "weights_endpoint": addresses.weights.url, "run_id": uuid.uuid4().hex}
+    registry = SenderRegistry()  # the control server adds and removes senders; the ingest checks rows against it
+    with binding(addresses.control):
+        control = ControlServer(context=context, endpoint=addresses.control.url, registration=registration,
+                                peer_timeout_s=net.peer_timeout_s,
+                                limits=Limits(max_message_bytes=net.max_message_bytes), stop=stop, registry=registry,
+                                sizing=HostSizing(trainer=config.trainer, num_agents=config.env.num_agents),
+                                pool=pool, curve=curve, announce=announce, routing=routing, zap=zap)
+    with binding(addresses.data):
+        ingest = open_ingest(config, spec, context=context, endpoint=addresses.data.url, segments=segments,
+                             state_size=state_size, stop=stop, registry=registry, curve=curve, observer=observer,
+                             pinned=pinned)
+    with binding(addresses.weights):
+        publisher = WeightsPublisher(context=context, endpoint=addresses.weights.url, curve=curve)
+    return Serving(control=control, ingest=ingest, publisher=publisher)
