@@ -7,6 +7,9 @@ Registration hands the host a token and adds it to the ``SenderRegistry`` the in
 BYE, silence for peer_timeout_s and registering again take the token away. Only a registered identity may
 ask for anything but REGISTER (pool requests aside); the requests answered with the weights (REGISTER,
 GET_WEIGHTS) are rate-limited per identity, and at most ``max_hosts`` hosts are registered at once.
+
+Who is registered, and the rules over that (repeats, tokens, silence, the learner's own pauses, counts), live in
+a socket-free ``HostTable`` (learner/serve/host_table.py); this module decodes, rate-limits, answers and logs.
 """
 
 from __future__ import annotations
@@ -25,9 +28,10 @@ import zmq
 
 from learner.serve.host_routing import HostRouting
 from learner.serve.host_sizing import HostSize, HostSizing
+from learner.serve.host_table import MAX_HOSTS, Heartbeat, HostTable, Joined, RegisteredHost
 from learner.pool.server import POOL_REQUESTS, PoolService
 from learner.serve.request_rate import PeerRateLimiter, RateLimit, TokenBucket
-from learner.serve.senders import Sender, SenderRegistry, new_token
+from learner.serve.senders import Sender, SenderRegistry
 from protocol import Limits, Message, MessageType, ProtocolError, decode, encode
 from protocol.curve import ServerCurve, ZapGuard
 from protocol.reject_log import DETAIL_CHARS, RejectLog
@@ -41,12 +45,8 @@ ENV_ERRORS_REMEMBERED = 1000
 """Distinct env errors remembered so each is printed once (past this, the memory starts over)."""
 HOST_NAME_CHARS = 64
 """Longest host name kept from a REGISTER (printable characters only)."""
-MAX_HOSTS = 4096
-"""Actor hosts registered at once, at most; beyond, REGISTER is answered with ERROR too_many_hosts."""
 WEIGHT_REQUESTS = RateLimit(per_second=2.0, burst=5)
 """How often one identity may REGISTER or GET_WEIGHTS (each answer carries the whole model)."""
-OWN_PAUSE_S = 2.0
-"""A gap this long between two turns of the control loop (normally POLL_MS apart) is this process being paused."""
 EXPIRE_EVERY_S = 0.25
 """How often the registered hosts are checked for silence."""
 TARGET_HOST = re.compile(r"[A-Za-z0-9._:-]{1,253}|\*|")
@@ -111,32 +111,6 @@ def scrape_target(reported: Any, peer: str | None) -> str | None:
     return f"{url_host(host)}:{int(port_text)}"
 
 
-@dataclass(kw_only=True)
-class RegisteredHost:
-    """The control server's record of an actor host that registered (the process itself: actors/host.py)."""
-
-    name: str
-    """Host name it reported (printable, at most HOST_NAME_CHARS)."""
-    num_workers: int
-    """Env worker processes it runs."""
-    token: str
-    """The token its registration was handed (the key of its Sender in the registry)."""
-    last_seen: float
-    """Monotonic time of its last message."""
-    metrics_address: str | None = None
-    """Where Prometheus scrapes it (host:port; None: it reported none, or one Prometheus cannot reach)."""
-    session: str | None = None
-    """The session name its REGISTER carried (a repeat REGISTER of the same session gets the same token)."""
-    curve_key: str | None = None
-    """The z85 CURVE key its registration arrived under (None without CURVE)."""
-
-    def repeats(self, *, session: Any, curve_key: str | None, num_workers: int) -> bool:
-        """Whether a REGISTER with these values is this registration asked for again (queued during a pause or a
-        partition, or resent while its answer was on the way): same session, key and size."""
-        return (self.session is not None and session == self.session and curve_key == self.curve_key
-                and num_workers == self.num_workers)
-
-
 class ControlServer(threading.Thread):
     """ROUTER bound at ``endpoint``; the only thread that touches it."""
 
@@ -167,12 +141,9 @@ class ControlServer(threading.Thread):
         self.reject_log = RejectLog(LOG, what="control message", clock=clock)
         self.host_lines = TokenBucket(HOST_LINES, now=clock())
         self.host_lines_left_out = 0
-        self.lock = threading.Lock()
-        self.hosts: dict[bytes, RegisteredHost] = {}
+        self.lock = threading.Lock()  # guards the weights, the shutdown reason and the refusal counts
+        self.hosts = HostTable(peer_timeout_s=peer_timeout_s, max_hosts=max_hosts)  # locks itself
         self.rejected: Counter = Counter()
-        self.hosts_lost = 0
-        self.hosts_failed = 0
-        self.registrations = 0
         self.last_expiry = 0.0
         self.env_errors_seen: set[tuple[str, str, str]] = set()
         self._weights: tuple[int, dict[str, np.ndarray]] = (0, {})
@@ -196,29 +167,26 @@ class ControlServer(threading.Thread):
 
     def host_count(self) -> int:
         """Actor hosts currently registered and alive."""
-        with self.lock:
-            return len(self.hosts)
+        return len(self.hosts)
 
     def counts(self) -> ControlCounts:
-        """The hosts alive now and what was counted since the learner started (safe from any thread)."""
+        """The hosts alive now and what was counted since the learner started (safe from any thread: the refusals
+        under this server's lock, the host counts under the table's, taken inside it, never the other way round)."""
         with self.lock:
-            return ControlCounts(actor_hosts=len(self.hosts), actor_hosts_lost=self.hosts_lost,
-                                 actor_hosts_failed=self.hosts_failed, rejected_by_reason=dict(self.rejected),
-                                 registrations=self.registrations)
+            hosts = self.hosts.counts()
+            return ControlCounts(actor_hosts=hosts.actor_hosts, actor_hosts_lost=hosts.lost,
+                                 actor_hosts_failed=hosts.failed, rejected_by_reason=dict(self.rejected),
+                                 registrations=hosts.registrations)
 
     def host_heartbeats(self) -> dict[str, float]:
         """Each registered host's name and the Unix time it was last heard from (safe from any thread)."""
         now_wall, now = time.time(), self.clock()
-        with self.lock:
-            return {host.name: now_wall - (now - host.last_seen) for host in self.hosts.values()}
+        return {name: now_wall - silent_s for name, silent_s in self.hosts.silences(now).items()}
 
     def metrics_targets(self) -> list[dict[str, Any]]:
         """The registered hosts' metrics addresses in Prometheus' HTTP service discovery format: one target group
         per host, labelled with its name (safe from any thread)."""
-        with self.lock:
-            hosts = sorted((host.name, host.metrics_address) for host in self.hosts.values()
-                           if host.metrics_address is not None)
-        return [{"targets": [address], "labels": {"host": name}} for name, address in hosts]
+        return self.hosts.metrics_targets()
 
     def run(self) -> None:
         last_turn = self.clock()
@@ -227,7 +195,9 @@ class ControlServer(threading.Thread):
                 if self.socket.poll(POLL_MS):
                     self._serve(self.socket.recv_multipart(copy=False))
                 now = self.clock()
-                self._excuse_own_pause(now - last_turn)
+                if self.hosts.excuse_pause(now - last_turn):
+                    LOG.warning("learner: the control thread did not run for %.1f s (paused or starved); actor "
+                                "hosts get that time back before they count as silent", now - last_turn)
                 last_turn = now
                 if now - self.last_expiry >= EXPIRE_EVERY_S:
                     self._expire(now)
@@ -260,9 +230,7 @@ class ControlServer(threading.Thread):
         with self.lock:
             version, weights = self._weights
             shutdown = self._shutdown_reason
-            known = self.hosts.get(identity)
-            if known is not None:
-                known.last_seen = now
+        known = self.hosts.seen(identity, now)  # only this thread changes the table: ``known`` holds till it does
         if message.type is MessageType.BYE:
             self._leave(identity, message.fields.get("reason"))
             return None
@@ -278,11 +246,11 @@ class ControlServer(threading.Thread):
             if curve_key is not None and self.zap is not None and not self.zap.is_allowed(curve_key):
                 raise ProtocolError("key_revoked", f"register: this host's CURVE key {curve_key} is no longer in the "
                                                    "learner's allowed clients directory")
-            if known is not None and known.repeats(session=message.fields.get("session"), curve_key=curve_key,
-                                                   num_workers=size.num_workers):
+            host = self.hosts.repeat_of(identity, session=message.fields.get("session"), curve_key=curve_key,
+                                        num_workers=size.num_workers)
+            if host is not None:  # a repeat of the current registration keeps its token
                 if not self.weight_requests.allow(identity):
                     return None  # the same registration asked for again too often: its earlier answers stand
-                host = known  # a repeat of the current registration keeps its token
             else:
                 self._check_rate(identity, message.type)
                 host = self._register(identity, message, size=size, curve_key=curve_key, peer=peer, now=now)
@@ -293,8 +261,7 @@ class ControlServer(threading.Thread):
             raise ProtocolError("not_registered", f"{message.type.value} before register: an unregistered "
                                                   "identity may only send register (or pool requests)")
         if message.type is MessageType.HEARTBEAT:
-            token = message.fields.get("token")
-            if token is not None and token != known.token:
+            if self.hosts.heartbeat(identity, message.fields.get("token")) is Heartbeat.STALE_TOKEN:
                 raise ProtocolError("not_registered", "heartbeat: the token this host sends rows with is no longer "
                                                       "its registration's (registered again or forgotten); "
                                                       "register again")
@@ -326,23 +293,21 @@ class ControlServer(threading.Thread):
         """Record a host that registered and hand its registration a new token (an identity that registers again
         loses its old one)."""
         name = printable(message.fields["host"], HOST_NAME_CHARS)
-        host = RegisteredHost(name=name, num_workers=size.num_workers, token=new_token(), last_seen=now,
-                              metrics_address=self._scrape_address(name, message.fields.get("metrics_address"), peer),
-                              session=message.fields.get("session"), curve_key=curve_key)
-        with self.lock:
-            previous = self.hosts.get(identity)
-            if previous is None and len(self.hosts) >= self.max_hosts:
-                raise ProtocolError("too_many_hosts", f"register: {len(self.hosts)} actor hosts are registered, "
-                                                      f"the most this learner takes (max_hosts {self.max_hosts})")
-            self.hosts[identity] = host
-            self.registrations += 1
-        if previous is not None:
-            self.registry.remove(previous.token)
+        address = self._scrape_address(name, message.fields.get("metrics_address"), peer)
+        registration = self.hosts.register(identity, name=name, num_workers=size.num_workers, now=now,
+                                           session=message.fields.get("session"), curve_key=curve_key,
+                                           metrics_address=address)
+        if registration.host is None:
+            raise ProtocolError("too_many_hosts", f"register: {registration.registered} actor hosts are registered, "
+                                                  f"the most this learner takes (max_hosts {self.max_hosts})")
+        host = registration.host
+        if registration.replaced is not None:
+            self.registry.remove(registration.replaced.token)
         if self.routing is not None:
             self.routing.add(identity, size.agent_slots)
         self.registry.add(Sender(name=host.name, token=host.token, curve_key=curve_key, num_envs=size.num_envs,
                                  agent_slots=size.agent_slots))
-        if previous is None:
+        if registration.joined is Joined.NEW:
             ranks = "" if self.routing is None else f", rows to learner ranks {list(self.routing.ranks_of(identity))}"
             self.announce(f"actor host {host.name} joined with {host.num_workers} workers{ranks}")
         return host
@@ -359,10 +324,7 @@ class ControlServer(threading.Thread):
 
     def _leave(self, identity: bytes, reason: str | None) -> None:
         """A host said BYE: a normal leave, or a failure when it names a ``reason`` (counted and logged)."""
-        with self.lock:
-            host = self.hosts.pop(identity, None)
-            if host is not None and reason is not None:
-                self.hosts_failed += 1
+        host = self.hosts.leave(identity, failed=reason is not None)
         if host is None:
             return
         self.registry.remove(host.token)
@@ -386,41 +348,23 @@ class ControlServer(threading.Thread):
         kind, text, where = error
         self._host_line(f"actor host {host}: env error {kind}{f' at {where}' if where else ''}: {text}")
 
-    def _excuse_own_pause(self, paused_s: float) -> None:
-        """A turn of the loop that came OWN_PAUSE_S or more after the last one means this process was frozen (a
-        SIGSTOP, a VM migration, swapping, a long collection): hosts could not be heard meanwhile, so the pause is
-        added to their silence allowance instead of counting them lost."""
-        if paused_s >= OWN_PAUSE_S:
-            with self.lock:
-                for host in self.hosts.values():
-                    host.last_seen += paused_s
-            LOG.warning("learner: the control thread did not run for %.1f s (paused or starved); actor hosts get that "
-                        "time back before they count as silent", paused_s)
-
     def _expire(self, now: float) -> None:
         """Forget the hosts silent for peer_timeout_s (counted as lost); their rows are refused from now on."""
-        deadline = now - self.peer_timeout_s
-        gone = self._forget(lambda host: host.last_seen < deadline)
-        with self.lock:
-            self.hosts_lost += len(gone)
-        for host in gone:
+        for host in self._forget(self.hosts.expire(now)):
             self._host_line(f"actor host {host.name} silent for {self.peer_timeout_s:.0f} s: forgotten")
 
     def _drop_revoked(self) -> None:
         """Forget the registered hosts whose CURVE key was removed from the allow-list: their rows are refused from
         now on, their next heartbeat is answered not_registered, and their REGISTER key_revoked, which stops them."""
         revoked = set() if self.zap is None else self.zap.take_revoked()
-        for host in self._forget(lambda host: host.curve_key in revoked) if revoked else []:
+        for host in self._forget(self.hosts.drop_keys(revoked)):
             self._host_line(f"actor host {host.name}: its CURVE key was removed from the allowed clients: dropped")
 
-    def _forget(self, which: Callable[[RegisteredHost], bool]) -> list[RegisteredHost]:
-        """Remove the registered hosts ``which`` picks (their tokens, their routes); returns them."""
-        with self.lock:
-            picked = [identity for identity, host in self.hosts.items() if which(host)]
-            gone = [self.hosts.pop(identity) for identity in picked]
-        for identity in picked:
+    def _forget(self, gone: tuple[RegisteredHost, ...]) -> tuple[RegisteredHost, ...]:
+        """Take the routes and the tokens of the hosts the table just forgot; returns them."""
+        for host in gone:
             if self.routing is not None:
-                self.routing.remove(identity)
+                self.routing.remove(host.identity)
         for host in gone:
             self.registry.remove(host.token)
         return gone
