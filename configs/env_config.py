@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, Literal, get_args
 
-ENV_NAMES = ("cartpole", "gridworld", "native", "gymnasium", "gymnasium_vector", "pettingzoo",
-             "probe_truncation", "probe_memory", "connect_four", "simple_spread")
+from configs.field_rules import PositiveInt, Range
+
+EnvName = Literal["cartpole", "gridworld", "native", "gymnasium", "gymnasium_vector", "pettingzoo",
+                  "probe_truncation", "probe_memory", "connect_four", "simple_spread"]
+"""The env families ``env.name`` allows."""
+ENV_NAMES: tuple[str, ...] = get_args(EnvName)
+"""The same names as a tuple (envs.registry checks them)."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class EnvConfig:
     """Which env to build and its size; shared by actors (which build it) and learner (which reads its spec)."""
 
-    name: str = "cartpole"
+    name: EnvName = "cartpole"
     """Env family: cartpole, gridworld, connect_four or simple_spread (built-in; connect_four is two-player
     turn-based, so num_agents 2; simple_spread is mpe2's MPE simple_spread_v3 with continuous actions, N agents
     and N landmarks, kwargs local_ratio, max_steps <= 0 meaning mpe2's 25), native (your own VecEnv, by
@@ -27,15 +32,15 @@ class EnvConfig:
     called with kwargs)."""
     kwargs: dict[str, Any] = field(default_factory=dict)
     """Extra keyword arguments for the env constructor (gymnasium.make, the entry point, or a built-in env)."""
-    num_agents: int = 1
+    num_agents: PositiveInt = 1
     """Agents per environment (1 for single-agent envs)."""
-    obs_width: int = 11
+    obs_width: PositiveInt = 11
     """Observation window width (gridworld envs)."""
-    obs_height: int = 11
+    obs_height: PositiveInt = 11
     """Observation window height (gridworld envs)."""
     max_steps: int = 500
     """Episode time limit in steps; reaching it truncates the episode (bootstrapped, not terminal)."""
-    step_timeout_s: float = 60.0
+    step_timeout_s: Annotated[float, Range(low=0.1)] = 60.0
     """Deadline in seconds for one env group's step on an actor host (from the host handing it actions to the
     worker's answer, env rebuilds included): a worker past it (a hung env, a stopped process) is reported,
     killed and respawned, counted like a worker death."""

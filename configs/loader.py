@@ -2,7 +2,9 @@
 
 ``load_config`` reads ``defaults.yaml``, lays the run's YAML over it, applies ``--set section.key=value``
 overrides and builds a typed ``RunConfig``. Every mistake raises ``ConfigError`` naming the key and
-what is allowed, so a typo never silently falls back to a default.
+what is allowed, so a typo never silently falls back to a default. What is allowed is read from the fields' types
+(``Literal`` choices, ``Range`` markers: ``configs.field_rules``) and from the rules over several keys
+(``configs.rules.RULES``).
 """
 
 from __future__ import annotations
@@ -16,86 +18,13 @@ from typing import Any, Mapping, Sequence
 
 import yaml
 
-from configs.baselines import BASELINE_ENVS, BASELINE_FORMS, baseline_strength
-from configs.schema import CHOICES, SECTIONS, RunConfig
+from configs.field_rules import Range
+from configs.rules import first_problem
+from configs.schema import SECTIONS, RunConfig
 
 CONFIG_DIR = Path(__file__).resolve().parent
 DEFAULTS_PATH = CONFIG_DIR / "defaults.yaml"
 DEFAULT_RUN_CONFIG = CONFIG_DIR / "cartpole.yaml"
-
-# Inclusive/exclusive numeric bounds per key: (low, low_inclusive, high, high_inclusive); None = unbounded.
-# A list-valued key's bounds apply to each of its items.
-_BOUNDS: dict[str, tuple[float | None, bool, float | None, bool]] = {
-    **{f"trainer.{k}": (1, True, None, False) for k in (
-        "num_workers", "batch_size", "minibatch_size", "bptt_horizon", "update_epochs",
-        "forward_pass_minibatch_target_size", "async_factor", "total_timesteps")},
-    "trainer.gamma": (0.0, False, 1.0, True),
-    "trainer.gae_lambda": (0.0, True, 1.0, True),
-    "trainer.clip_coef": (0.0, False, None, False),
-    "trainer.ent_coef": (0.0, True, None, False),
-    "trainer.vf_coef": (0.0, True, None, False),
-    "trainer.vf_clip_coef": (0.0, False, None, False),
-    "trainer.max_grad_norm": (0.0, False, None, False),
-    "trainer.prio_alpha": (0.0, True, None, False),
-    "trainer.prio_beta0": (0.0, True, 1.0, True),
-    "trainer.vtrace_rho_clip": (0.0, False, None, False),
-    "trainer.vtrace_c_clip": (0.0, False, None, False),
-    "trainer.learning_rate": (0.0, False, None, False),
-    "trainer.min_learning_rate": (0.0, True, None, False),
-    "trainer.adam_eps": (0.0, False, None, False),
-    "trainer.min_ent_coef": (0.0, True, None, False),
-    "trainer.min_clip_coef": (0.0, False, None, False),
-    "trainer.log_schedule_decay": (0.0, True, None, False),
-    "trainer.weight_decay": (0.0, True, None, False),
-    "trainer.gradient_accumulation": (1, True, None, False),
-    "trainer.kl_divergence_coef_rho": (0.0, True, None, False),
-    "trainer.coef_rho_decay": (0.0, True, 1.0, True),
-    "trainer.ref_update_interval": (1, True, None, False),
-    "trainer.vf_warmup": (0, True, None, False),
-    "trainer.max_policy_lag": (0, True, None, False),
-    "trainer.target_kl": (0.0, False, None, False),
-    "trainer.entropy_floor": (0.0, False, None, False),
-    "env.num_agents": (1, True, None, False),
-    "selfplay.opponent_pool_size": (1, True, None, False),
-    "selfplay.opponent_pool_beta": (0.0, False, 1.0, True),
-    "selfplay.opponent_pool_exploration": (0.0, True, 1.0, True),
-    "selfplay.snapshot_interval": (1, True, None, False),
-    "selfplay.alternation_steps": (1, True, None, False),
-    "selfplay.cache_size": (1, True, None, False),
-    "env.obs_width": (1, True, None, False),
-    "env.obs_height": (1, True, None, False),
-    "env.step_timeout_s": (0.1, True, None, False),
-    "run.checkpoint_interval": (1, True, None, False),
-    "run.keep_checkpoints": (1, True, None, False),
-    "run.torch_threads": (1, True, None, False),
-    "run.stall_factor": (1.0, True, None, False),
-    "run.stall_min_s": (0.0, False, None, False),
-    "model.hidden_size": (1, True, None, False),
-    "model.num_layers": (1, True, None, False),
-    "model.cnn_channels": (1, True, None, False),
-    "network.port": (1, True, 65532, True),
-    "network.metrics_port": (0, True, 65535, True),
-    "network.heartbeat_interval_s": (0.0, False, None, False),
-    "network.peer_timeout_s": (0.0, False, None, False),
-    "network.rows_per_message": (1, True, None, False),
-    "network.send_queue_messages": (1, True, None, False),
-    "network.max_message_bytes": (1024, True, None, False),
-    "network.max_abs_value": (0.0, False, None, False),
-    "network.socket_buffer_bytes": (4096, True, None, False),
-    "coma.actor_lr": (0.0, False, None, False),
-    "coma.critic_lr": (0.0, False, None, False),
-    "coma.gamma": (0.0, False, 1.0, True),
-    "coma.tau": (0.0, False, 1.0, True),
-    **{f"coma.{k}": (1, True, None, False) for k in (
-        "batch_size", "epochs", "rollout_length", "buffer_size", "hidden_sizes", "counterfactual_samples")},
-    "coma.max_grad_norm": (0.0, False, None, False),
-    "coma.max_importance_weight": (0.0, False, None, False),
-    "coma.max_importance_weight_negative": (0.0, False, None, False),
-    "coma.entropy_coef": (0.0, True, None, False),
-    "evaluation.interval_updates": (0, True, None, False),
-    "evaluation.gate_games": (0, True, None, False),
-    "evaluation.games": (2, True, None, False),
-}
 
 
 class ConfigError(ValueError):
@@ -208,91 +137,10 @@ def config_from_dict(data: Mapping[str, Any], *, source: str = "config") -> RunC
             raise ConfigError(f"{source}: section '{section_name}' must be a mapping of keys, got {values!r}")
         sections[section_name] = _build_section(section_name, cls, values, source)
     config = RunConfig(**sections)
-    _check_selfplay(config, source)
-    _check_coma(config, source)
-    _check_evaluation(config, source)
+    problem = first_problem(config)
+    if problem is not None:
+        raise ConfigError(f"{source}: {problem}")
     return config
-
-
-def _check_selfplay(config: RunConfig, source: str) -> None:
-    """Self-play needs an env with opponents to seat and a feed-forward policy (opponents keep no state)."""
-    if not config.selfplay.enabled:
-        return
-    if config.env.num_agents < 2:
-        raise ConfigError(f"{source}: selfplay.enabled needs env.num_agents >= 2 (one learner seat and at least one "
-                          f"opponent seat per env), got {config.env.num_agents}")
-    if config.model.core != "mlp":
-        raise ConfigError(f"{source}: selfplay.enabled needs model.core: mlp (opponent snapshots keep no recurrent "
-                          f"state yet), got {config.model.core!r}")
-    _check_baseline_opponents(config, source)
-
-
-def _check_baseline_opponents(config: RunConfig, source: str) -> None:
-    """selfplay.baseline_opponents: known baseline names of a two-player env, each chance in (0, 1], sum <= 1."""
-    mix = config.selfplay.baseline_opponents
-    if not mix:
-        return
-    if config.env.name not in BASELINE_ENVS:
-        raise ConfigError(f"{source}: selfplay.baseline_opponents needs an env with baselines; env.name "
-                          f"{config.env.name!r} has none (allowed: {', '.join(BASELINE_ENVS)}), or leave it empty")
-    for name, chance in mix.items():
-        if not isinstance(name, str) or baseline_strength(name) is None:
-            raise ConfigError(f"{source}: selfplay.baseline_opponents: unknown baseline {name!r}; allowed: "
-                              f"{BASELINE_FORMS}")
-        if isinstance(chance, bool) or not isinstance(chance, (int, float)) or not 0 < chance <= 1:
-            raise ConfigError(f"{source}: selfplay.baseline_opponents.{name}: the chance an env draws it must be a "
-                              f"number in (0, 1], got {chance!r}")
-    if sum(mix.values()) > 1 + 1e-9:
-        raise ConfigError(f"{source}: selfplay.baseline_opponents: the chances add up to {sum(mix.values()):g}, "
-                          f"more than 1 (what is left over is drawn from the pool)")
-
-
-def _check_coma(config: RunConfig, source: str) -> None:
-    """COMA learns from rollouts of coma.rollout_length env steps (the learner's batch), with feed-forward actors,
-    no opponents and in float32 (trainer.autocast none)."""
-    if config.trainer.algorithm != "coma":
-        return
-    if config.coma.max_importance_weight_negative < config.coma.max_importance_weight:
-        raise ConfigError(f"{source}: coma.max_importance_weight_negative ({config.coma.max_importance_weight_negative}) "
-                          f"must be >= coma.max_importance_weight ({config.coma.max_importance_weight}); set it to at "
-                          f"least {config.coma.max_importance_weight} (equal: one cap for both signs of advantage)")
-    if config.trainer.batch_size != config.coma.rollout_length:
-        raise ConfigError(f"{source}: trainer.algorithm coma collects a rollout per update: trainer.batch_size "
-                          f"({config.trainer.batch_size} env steps) must equal coma.rollout_length "
-                          f"({config.coma.rollout_length})")
-    if config.selfplay.enabled:
-        raise ConfigError(f"{source}: trainer.algorithm coma is for cooperative teams; selfplay.enabled must be false")
-    if config.model.core != "mlp":
-        raise ConfigError(f"{source}: trainer.algorithm coma runs feed-forward actors (coma.hidden_sizes); model.core "
-                          f"must be mlp, got {config.model.core!r}")
-    if config.trainer.autocast != "none":
-        raise ConfigError(f"{source}: trainer.autocast {config.trainer.autocast!r} applies to PPO's update only; "
-                          f"trainer.algorithm coma trains in float32, so trainer.autocast must be none")
-
-
-def _check_evaluation(config: RunConfig, source: str) -> None:
-    """Evaluation during training plays pool snapshots (self-play) against the baselines of a two-player env."""
-    section = config.evaluation
-    if section.games % 2:
-        raise ConfigError(f"{source}: evaluation.games must be even (each seat played equally often), "
-                          f"got {section.games}")
-    if section.gate_games % 2:
-        raise ConfigError(f"{source}: evaluation.gate_games must be even (each seat played equally often), "
-                          f"got {section.gate_games}")
-    for name in section.baselines:
-        if baseline_strength(name) is None:
-            raise ConfigError(f"{source}: evaluation.baselines: unknown baseline {name!r}; allowed: {BASELINE_FORMS}")
-    if len(set(section.baselines)) != len(section.baselines):
-        raise ConfigError(f"{source}: evaluation.baselines names a baseline twice: {section.baselines}")
-    if section.interval_updates == 0:
-        return
-    if config.env.name not in BASELINE_ENVS:
-        raise ConfigError(f"{source}: evaluation.interval_updates > 0 needs a two-player env with baselines; "
-                          f"env.name {config.env.name!r} has none (allowed: {', '.join(BASELINE_ENVS)}), "
-                          f"or set evaluation.interval_updates: 0")
-    if not config.selfplay.enabled:
-        raise ConfigError(f"{source}: evaluation.interval_updates > 0 evaluates the opponent pool's snapshots: "
-                          f"selfplay.enabled must be true (or set evaluation.interval_updates: 0)")
 
 
 def config_to_dict(config: RunConfig) -> dict[str, Any]:
@@ -349,7 +197,7 @@ def _unknown(dotted: str, key: str, allowed: set[str], source: str, *, what: str
 
 
 def _build_section(section_name: str, cls: type, values: Mapping[str, Any], source: str) -> Any:
-    hints = typing.get_type_hints(cls)
+    hints = typing.get_type_hints(cls, include_extras=True)
     allowed = {f.name for f in dataclasses.fields(cls)}
     kwargs = {}
     for key, value in values.items():
@@ -361,13 +209,18 @@ def _build_section(section_name: str, cls: type, values: Mapping[str, Any], sour
 
 
 def _check_value(dotted: str, hint: Any, value: Any) -> Any:
+    """``value`` checked against the field type ``hint``: its type, its ``Literal`` choices, its ``Range`` markers
+    (``Annotated``; on a list's item type they bound each item)."""
+    hint, markers = _split_annotated(hint)
     optional = type(None) in typing.get_args(hint)
-    base = next((a for a in typing.get_args(hint) if a is not type(None)), hint) if optional else hint
+    if optional:
+        hint, inner = _split_annotated(next(a for a in typing.get_args(hint) if a is not type(None)))
+        markers += inner
     if value is None:
         if optional:
             return None
-        raise ConfigError(f"{dotted}: a value is required ({_describe(base)}), got null")
-    origin = typing.get_origin(base) or base
+        raise ConfigError(f"{dotted}: a value is required ({_describe(hint)}), got null")
+    origin = typing.get_origin(hint) or hint
     if origin is bool:
         if not isinstance(value, bool):
             raise ConfigError(f"{dotted}: expected true or false, got {value!r}")
@@ -379,10 +232,10 @@ def _check_value(dotted: str, hint: Any, value: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise ConfigError(f"{dotted}: expected a finite number, got {value!r}")
         value = float(value)
-    elif origin is str:
+    elif origin is str or origin is typing.Literal:
         if not isinstance(value, str):
             raise ConfigError(f"{dotted}: expected a string, got {value!r}")
-        choices = CHOICES.get(dotted)
+        choices = typing.get_args(hint) if origin is typing.Literal else None
         if choices is not None and value not in choices:
             raise ConfigError(f"{dotted}: {value!r} is not allowed; allowed: {', '.join(choices)}")
         return value
@@ -391,27 +244,36 @@ def _check_value(dotted: str, hint: Any, value: Any) -> Any:
             raise ConfigError(f"{dotted}: expected a mapping, got {value!r}")
         return dict(value)
     elif origin is list:
-        (item_hint,) = typing.get_args(base)
+        (item_hint,) = typing.get_args(hint)
         if not isinstance(value, list) or not value:
             raise ConfigError(f"{dotted}: expected a non-empty list (each item {_describe(item_hint)}), "
                               f"got {value!r}")
         return [_check_value(dotted, item_hint, item) for item in value]
-    _check_bounds(dotted, value)
+    for marker in markers:
+        if isinstance(marker, Range) and not marker.allows(value):
+            raise ConfigError(f"{dotted}: {value!r} is out of range; allowed: {marker.describe()}")
     return value
 
 
-def _check_bounds(dotted: str, value: float) -> None:
-    bounds = _BOUNDS.get(dotted)
-    if bounds is None:
-        return
-    low, low_inc, high, high_inc = bounds
-    too_low = low is not None and (value < low or (value == low and not low_inc))
-    too_high = high is not None and (value > high or (value == high and not high_inc))
-    if too_low or too_high:
-        left = "unbounded" if low is None else f"{'>=' if low_inc else '>'} {low}"
-        right = "" if high is None else f" and {'<=' if high_inc else '<'} {high}"
-        raise ConfigError(f"{dotted}: {value!r} is out of range; allowed: {left}{right}")
+def _split_annotated(hint: Any) -> tuple[Any, tuple[Any, ...]]:
+    """``Annotated[T, *markers]`` -> (T, markers); any other hint -> (hint, ())."""
+    if typing.get_origin(hint) is typing.Annotated:
+        base, *markers = typing.get_args(hint)
+        return base, tuple(markers)
+    return hint, ()
+
+
+def _plain(hint: Any) -> Any:
+    """``hint`` without its ``Annotated`` markers, at any depth (``list[PositiveInt]`` -> ``list[int]``)."""
+    hint, _ = _split_annotated(hint)
+    origin = typing.get_origin(hint)
+    if origin in (list, dict):
+        return origin[tuple(_plain(arg) for arg in typing.get_args(hint))]
+    return hint
 
 
 def _describe(hint: Any) -> str:
+    hint = _plain(hint)
+    if typing.get_origin(hint) is typing.Literal:
+        return "a string"
     return {int: "an integer", float: "a number", bool: "true or false", str: "a string"}.get(hint, str(hint))
