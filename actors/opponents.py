@@ -9,7 +9,7 @@ ready envs: 16 envs with 10 unique snapshots cost one batched forward pass per s
 vmap over the 10 snapshots' stacked weights), not 16 and not 10.
 
 The pool server may also name a fixed baseline (``selfplay.baseline_opponents``): a digest ``baseline:<name>``
-(``configs.baselines.BASELINE_DIGEST_PREFIX``), which the cache builds here (``envs.baseline_players``)
+(``configs.baselines.BASELINE_DIGEST_PREFIX``), which the cache builds here (``envs.builtin.connect_four.players``)
 instead of downloading anything.
 """
 
@@ -30,7 +30,7 @@ from actors.inference import Inference
 from actors.opponent_batch import SnapshotBatch
 from configs.baselines import BASELINE_DIGEST_PREFIX
 from configs.schema import ModelSection
-from envs.baseline_players import baseline_player
+from envs.builtin.connect_four.players import baseline_player
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,10 +1,10 @@
 """Head-to-head games between two players on a vectorised two-player turn-based env, in-process and batched.
 
 Used by ``evaluation/elo.py`` to rate self-play snapshots against each other and against fixed baselines. The fixed
-Connect Four players (``envs/baseline_players.py``, re-exported here): ``RandomPlayer``, ``OnePlyPlayer`` and
+Connect Four players (``envs/builtin/connect_four/players.py``, re-exported here): ``RandomPlayer``, ``OnePlyPlayer`` and
 ``NegamaxPlayer`` (depth-limited search for forced wins and losses).
 
-Env contract (what ``play_match`` relies on; ``envs/connect_four.py`` implements it, and any VecEnv
+Env contract (what ``play_match`` relies on; ``envs/builtin/connect_four/game.py`` implements it, and any VecEnv
 that follows it works too): ``num_agents == 2``, env ``e`` has slots ``2e`` (seat 0, in Connect Four the
 player who moves first) and ``2e + 1`` (seat 1); on every step only the ``active`` slots' actions matter (the
 player to move); the step that ends a game reports ``episode_done`` with ``episode_return`` (> 0 win, < 0
@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from envs.base import EnvSpec, StepBuffers, VecEnv
-from envs.baseline_players import NegamaxPlayer, OnePlyPlayer, RandomPlayer, baseline_player
+from envs.builtin.connect_four.players import NegamaxPlayer, OnePlyPlayer, RandomPlayer, baseline_player
 from envs.registry import make_vec_env
 from actors.inference import Inference
 from configs.env_config import EnvConfig

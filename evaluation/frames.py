@@ -12,8 +12,8 @@ from collections.abc import Callable
 import numpy as np
 
 from envs.base import StepBuffers, VecEnv
-from envs.cartpole import LENGTH, X_THRESHOLD
-from envs.gridworld import CONVERTER, DEPLETED, EMPTY, RESOURCE, WALL
+from envs.builtin.cartpole import LENGTH, X_THRESHOLD
+from envs.builtin.gridworld import CONVERTER, DEPLETED, EMPTY, RESOURCE, WALL
 
 FrameDrawer = Callable[[VecEnv, StepBuffers], np.ndarray]
 """Draws env 0 as a [height, width, 3] uint8 frame."""

@@ -76,7 +76,7 @@ def load_policy(run_dir: Path | str, checkpoint: int | None = None) -> LoadedPol
     if config.trainer.algorithm == "coma":
         raise LoadPolicyError(f"run {run_dir} trained COMA (trainer.algorithm coma): its team actors are in each "
                               f"checkpoint's actors.safetensors, not a {MODEL_FILE} policy; score it with "
-                              f"ops/bench/coma_spread.py")
+                              f"python -m ops.experiments.coma_spread")
     path = find_checkpoint(run_dir, checkpoint)
     weights = path / MODEL_FILE
     if not weights.is_file():

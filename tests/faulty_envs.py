@@ -7,7 +7,7 @@ import signal
 import time
 
 from envs.base import StepBuffers
-from envs.cartpole import CartPoleVec
+from envs.builtin.cartpole import CartPoleVec
 
 
 class FlakyCartPole(CartPoleVec):

@@ -14,7 +14,7 @@ from actors.pool_client import PoolError
 from configs.baselines import BASELINE_DIGEST_PREFIX
 from configs.loader import ConfigError, load_config
 from configs.schema import ModelSection, SelfPlaySection
-from envs.connect_four import ConnectFourVec
+from envs.builtin.connect_four.game import ConnectFourVec
 from evaluation.arena import NegamaxPlayer, OnePlyPlayer, RandomPlayer
 from learner.pool.store import SnapshotStore, sample_baselines
 from learner.pool.server import PoolService

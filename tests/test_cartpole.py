@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from envs.base import StepBuffers
-from envs.cartpole import CartPoleVec
+from envs.builtin.cartpole import CartPoleVec
 
 NUM_ENVS = 4
 NUM_ACTIONS = 600

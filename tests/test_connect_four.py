@@ -8,8 +8,8 @@ import pytest
 from pettingzoo.classic import connect_four_v3
 
 from envs.base import StepBuffers
-from envs.connect_four import EPISODE_STATS, STONE, ConnectFourVec
-from envs.connect_four_baselines import one_ply_moves, random_legal_moves
+from envs.builtin.connect_four.game import EPISODE_STATS, STONE, ConnectFourVec
+from envs.builtin.connect_four.baselines import one_ply_moves, random_legal_moves
 from envs.registry import env_spec, make_vec_env
 from configs.env_config import EnvConfig
 

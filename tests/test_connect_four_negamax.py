@@ -1,4 +1,4 @@
-"""The negamax baseline (envs/connect_four_negamax.py via envs/connect_four_baselines.negamax_moves) against an
+"""The negamax baseline (envs/builtin/connect_four/negamax.py via envs.builtin.connect_four.baselines.negamax_moves) against an
 independent pure-Python negamax, on random reachable positions and hand-built ones."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from envs.connect_four_baselines import negamax_best_moves, negamax_moves, one_ply_moves
+from envs.builtin.connect_four.baselines import negamax_best_moves, negamax_moves, one_ply_moves
 from envs.errors import EnvConfigError
 
 ROWS, COLS = 6, 7

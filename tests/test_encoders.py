@@ -16,13 +16,13 @@ from configs.loader import ConfigError, load_config
 from configs.plan import make_plan
 from configs.schema import ModelSection
 from envs.base import EnvSpec, StepBuffers, TokenLayout
-from envs.cartpole import CartPoleVec
-from envs.connect_four import ConnectFourVec
+from envs.builtin.cartpole import CartPoleVec
+from envs.builtin.connect_four.game import ConnectFourVec
 from envs.errors import EnvConfigError
-from envs.gridworld import GridworldVec
+from envs.builtin.gridworld import GridworldVec
 from envs.registry import env_spec
 from envs.spaces import ActionSpace
-from learner.trainer import make_algorithm
+from learner.build import make_algorithm
 from policies.encoders import CNNEncoder, TokenEncoder, encoder_kind, make_encoder, masked_mean
 from policies.factory import load_state_arrays, make_policy, state_arrays
 from policies.layers import ObsInput

@@ -5,7 +5,7 @@ from __future__ import annotations
 import gymnasium
 import pytest
 
-from envs.entry_point import resolve_entry_point
+from envs.adapters.entry_point import resolve_entry_point
 from tests import fake_envs
 
 

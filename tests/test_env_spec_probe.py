@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from configs.env_config import EnvConfig
-from envs.cartpole import CartPoleVec
+from envs.builtin.cartpole import CartPoleVec
 from envs.errors import EnvConfigError, EnvRaised
 from envs.registry import env_spec, probe_env_spec
 

@@ -30,7 +30,7 @@ from actors.worker_pool import MAX_DEATHS_IN_A_ROW, WorkerPool
 from configs.env_config import EnvConfig
 from configs.loader import ConfigError, load_config
 from envs.base import EnvSpec, StepBuffers
-from envs.cartpole import CartPoleVec
+from envs.builtin.cartpole import CartPoleVec
 from envs.rows import row_layout
 from envs.spaces import ActionSpace
 from tests.processes import shm_segments

@@ -139,7 +139,7 @@ def test_a_coma_run_is_one_line_naming_what_scores_it(tmp_path: Path, capsys) ->
     (run / "config.yaml").write_text(yaml.safe_dump(config_to_dict(config), sort_keys=False))
     code, out, err = evaluate(capsys, "--run-dir", str(run))
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
-    assert "trained COMA (trainer.algorithm coma)" in err and "ops/bench/coma_spread.py" in err
+    assert "trained COMA (trainer.algorithm coma)" in err and "python -m ops.experiments.coma_spread" in err
 
 
 def test_run_without_checkpoint_is_an_error(cartpole_run: Path, tmp_path: Path, capsys) -> None:

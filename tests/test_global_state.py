@@ -12,7 +12,7 @@ from mpe2 import simple_spread_v3
 
 from envs.base import EnvSpec, StepBuffers, step_buffer_fields
 from envs.errors import EnvConfigError, EnvRaised
-from envs.pettingzoo_adapter import PettingZooParallelAdapter
+from envs.adapters.pettingzoo_adapter import PettingZooParallelAdapter
 from envs.spaces import ActionSpace
 from tests.fake_envs import StaggeredParallelEnv
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from envs.base import StepBuffers
-from envs.gridworld import (CONVERTER, DEPLETED, EMPTY, FORWARD, LEFT, NOOP, RESOURCE, RIGHT, USE,
+from envs.builtin.gridworld import (CONVERTER, DEPLETED, EMPTY, FORWARD, LEFT, NOOP, RESOURCE, RIGHT, USE,
                                    GridworldVec)
 from envs.registry import env_spec, make_vec_env
 from configs.env_config import EnvConfig

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from envs.base import StepBuffers
-from envs.cartpole import CartPoleVec
-from envs.gym_adapter import GymnasiumVecEnv
+from envs.builtin.cartpole import CartPoleVec
+from envs.adapters.gym_adapter import GymnasiumVecEnv
 from envs.spaces import ActionSpace
 from envs.registry import env_spec, make_vec_env
 from configs.env_config import EnvConfig

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from envs.base import StepBuffers
-from envs.gym_vector_adapter import GymnasiumVectorAdapter
+from envs.adapters.gym_vector_adapter import GymnasiumVectorAdapter
 
 MODES = ("NextStep", "SameStep", "Disabled")
 FAKE = "tests.fake_envs:sync_vector"

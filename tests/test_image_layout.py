@@ -15,12 +15,12 @@ from gymnasium import spaces
 
 from configs.schema import ModelSection
 from envs.base import EnvSpec
-from envs.connect_four import ConnectFourVec
+from envs.builtin.connect_four.game import ConnectFourVec
 from envs.errors import EnvConfigError
-from envs.gridworld import GridworldVec
-from envs.gym_adapter import GymnasiumVecEnv
-from envs.gym_spaces import image_layout_of, spec_from_spaces
-from envs.pettingzoo_adapter import PettingZooParallelAdapter
+from envs.builtin.gridworld import GridworldVec
+from envs.adapters.gym_adapter import GymnasiumVecEnv
+from envs.adapters.gym_spaces import image_layout_of, spec_from_spaces
+from envs.adapters.pettingzoo_adapter import PettingZooParallelAdapter
 from envs.spaces import ActionSpace
 from policies.encoders import CNNEncoder, encoder_kind, make_encoder
 from policies.factory import make_policy

@@ -138,6 +138,61 @@ def test_the_learner_root_holds_only_the_entry_the_loop_and_the_build():
     assert root == {"__init__", "__main__", "cli", "trainer", "follower", "stop_rules", "build"}
 
 
+ENVS_ROOT = {"base", "spaces", "errors", "rows"}
+"""The envs interface at the root of envs/: the VecEnv contract, spaces, errors and rows. ``envs.builtin`` (the
+shipped envs) and ``envs.adapters`` (what wraps a user's env) stand on these only, never on the registry or each
+other; the interface stands on nothing else in envs; ``envs.registry`` (the root's other module) reads both tables."""
+ENVS_SUB_PACKAGES = {"builtin", "adapters"}
+
+
+def _envs_part(module: str) -> str:
+    """The envs root module or sub-package an ``envs.*`` module is in ('' for the package ``envs`` itself)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def _envs_wrong_imports(graph: dict[str, set[str]]) -> list[str]:
+    """``module imports target`` for every import inside envs/ against ``ENVS_ROOT``'s rule."""
+    wrong = []
+    for module, targets in graph.items():
+        if module.split(".")[0] != "envs":
+            continue
+        part = _envs_part(module)
+        for target in targets:
+            if target.split(".")[0] != "envs":
+                continue
+            other = _envs_part(target)
+            if part in ENVS_ROOT or part in ENVS_SUB_PACKAGES:
+                allowed = other in ENVS_ROOT or other == "" or other == part
+            else:  # the registry, the package itself
+                allowed = True
+            if not allowed:
+                wrong.append(f"{module} imports {target}")
+    return sorted(wrong)
+
+
+def test_envs_builtin_and_adapters_stand_on_the_envs_root_only():
+    assert {path.name for path in (REPO / "envs").iterdir() if path.is_dir() and path.name != "__pycache__"} \
+        == ENVS_SUB_PACKAGES, "every envs sub-package has its rule here"
+    assert {path.stem for path in (REPO / "envs").glob("*.py")} == ENVS_ROOT | {"__init__", "registry"}
+    wrong = _envs_wrong_imports(_graph())
+    assert not wrong, "envs imports against its layout (builtin and adapters import the envs root only):\n" + \
+        "\n".join(wrong)
+
+
+def test_the_envs_rule_catches_a_wrong_import():
+    """The checker itself: builtin and adapters importing each other or the registry, or the interface importing
+    either, is reported; imports of the interface, within a sub-package and by the registry are not."""
+    graph = {"envs.adapters.native": {"envs.base", "envs.adapters.entry_point", "envs.builtin.cartpole"},
+             "envs.builtin.cartpole": {"envs.spaces", "envs.errors", "envs.registry", "configs.env_config"},
+             "envs.builtin.table": {"envs.builtin.cartpole", "envs.base"},
+             "envs.base": {"envs.spaces", "envs.adapters.gym_spaces"},
+             "envs.registry": {"envs.builtin.table", "envs.adapters.table", "envs.base"}}
+    assert _envs_wrong_imports(graph) == ["envs.adapters.native imports envs.builtin.cartpole",
+                                          "envs.base imports envs.adapters.gym_spaces",
+                                          "envs.builtin.cartpole imports envs.registry"]
+
+
 def test_no_import_circles():
     graph = _graph()
     state: dict[str, int] = {}  # 1: on the current path, 2: done

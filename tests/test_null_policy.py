@@ -8,7 +8,7 @@ import pytest
 
 from envs.base import EnvSpec, StepBuffers
 from envs.spaces import ActionSpace
-from envs.synthetic import SyntheticVec
+from envs.builtin.synthetic import SyntheticVec
 from actors.inference import NullInference
 
 

@@ -17,7 +17,7 @@ from configs.loader import ConfigError, load_config
 from configs.plan import make_plan
 from configs.schema import ModelSection
 from envs.base import EnvSpec
-from envs.cartpole import CartPoleVec
+from envs.builtin.cartpole import CartPoleVec
 from envs.spaces import ActionSpace
 from learner.run.checkpoint import TrainerState, load_checkpoint, save_checkpoint
 from learner.ppo.algorithm import PPO

@@ -9,7 +9,7 @@ import torch
 
 from actors.opponent_batch import SnapshotBatch
 from configs.schema import ModelSection
-from envs.connect_four import ConnectFourVec
+from envs.builtin.connect_four.game import ConnectFourVec
 from policies.factory import make_policy
 
 SPEC = ConnectFourVec.SPEC

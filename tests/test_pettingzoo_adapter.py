@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from envs.base import StepBuffers
-from envs.pettingzoo_adapter import PettingZooParallelAdapter
+from envs.adapters.pettingzoo_adapter import PettingZooParallelAdapter
 from envs.registry import env_spec, make_vec_env
 from envs.spaces import ActionSpace
 from configs.env_config import EnvConfig

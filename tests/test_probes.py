@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from envs.base import StepBuffers
-from envs.probes import MemoryProbeVec, TruncationProbeVec
+from envs.builtin.probes import MemoryProbeVec, TruncationProbeVec
 from envs.registry import env_spec, make_vec_env
 from configs.env_config import EnvConfig
 from configs.loader import load_config

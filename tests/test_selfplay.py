@@ -14,7 +14,7 @@ import torch
 
 from actors.assembler import RowAssembler
 from envs.base import StepBuffers
-from envs.connect_four import ConnectFourVec
+from envs.builtin.connect_four.game import ConnectFourVec
 from actors.inference import Inference
 from actors.opponent_batch import SnapshotBatch
 from actors.opponents import OpponentAssignment, OpponentCache, Opponents, learner_seats, policy_from_file

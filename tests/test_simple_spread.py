@@ -15,7 +15,7 @@ from configs.loader import load_config, resolve_config_path
 from envs.base import StepBuffers
 from envs.errors import EnvConfigError
 from envs.registry import env_spec, make_vec_env
-from envs.simple_spread import SimpleSpreadVec, obs_dim, spread_local_ratio, state_dim
+from envs.builtin.simple_spread import SimpleSpreadVec, obs_dim, spread_local_ratio, state_dim
 
 MAX_CYCLES = 25
 FLOAT32_TOL = {"rtol": 1e-6, "atol": 1e-6}

@@ -16,7 +16,7 @@ from actors.team_stepper import TeamStepper
 from configs.schema import ComaSection
 from envs.base import StepBuffers
 from envs.rows import row_layout
-from envs.simple_spread import SimpleSpreadVec
+from envs.builtin.simple_spread import SimpleSpreadVec
 from policies import tanh_gaussian
 
 ENVS, AGENTS, MAX_STEPS, HORIZON = 4, 3, 5, 4

@@ -20,7 +20,7 @@ from actors.stop_flag import StopFlag
 from actors import worker_pool
 from actors.worker_pool import MAX_DEATHS_IN_A_ROW, WorkerPool
 from configs.env_config import EnvConfig
-from envs.cartpole import CartPoleVec
+from envs.builtin.cartpole import CartPoleVec
 from tests import faulty_envs
 from tests.processes import shm_segments
 

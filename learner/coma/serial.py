@@ -4,7 +4,7 @@ probe and ``ops/bench/coma_spread.py``; the distributed path feeds the same ``Co
 
 The env must have Box actions and give its global state: ``global_state(out)`` and ``final_global_state(out)``
 (``[num_envs, state_dim]`` float32; the final one is the last state of an episode that the last step ended, as
-``final_obs`` is the last observation), like ``envs.simple_spread.SimpleSpreadVec``.
+``final_obs`` is the last observation), like ``envs.builtin.simple_spread.SimpleSpreadVec``.
 
 Rollouts and epochs: a rollout is ``coma.rollout_length`` joint transitions (over all envs); after each, ``coma.epochs``
 epochs of ``ceil(rollout_length / batch_size)`` minibatches each, sampled uniformly from the replay buffer, so every

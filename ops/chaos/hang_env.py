@@ -7,7 +7,7 @@ import os
 import time
 
 from envs.base import StepBuffers
-from envs.cartpole import CartPoleVec
+from envs.builtin.cartpole import CartPoleVec
 
 TRIGGER_VARIABLE = "SLUICE_CHAOS_HANG_TRIGGER"
 """The environment variable naming the trigger file (unset: the env never hangs)."""

@@ -1,6 +1,6 @@
 """Depth-limited negamax for Connect Four: which root columns are best for the player to move (numba).
 
-Used by ``negamax_moves`` in ``envs/connect_four_baselines.py`` (the ``negamax-<depth>`` baselines); it only
+Used by ``negamax_moves`` in ``envs/builtin/connect_four/baselines.py`` (the ``negamax-<depth>`` baselines); it only
 looks for forced wins and losses within ``depth`` plies (no heuristic evaluation), so most quiet positions
 score 0 for every move.
 
@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from envs.connect_four import COLS, ROWS, wins_through
+from envs.builtin.connect_four.game import COLS, ROWS, wins_through
 from envs.errors import EnvConfigError
 
 SEARCH_ORDER = (3, 2, 4, 1, 5, 0, 6)

@@ -1,6 +1,6 @@
 """The fixed baseline players of Connect Four, by name (``configs.baselines``): random, one_ply, negamax-<depth>.
 
-Thin players over ``envs/connect_four_baselines.py``'s move functions: ``act(obs, masks)`` for a batch of agents,
+Thin players over ``envs/builtin/connect_four/baselines.py``'s move functions: ``act(obs, masks)`` for a batch of agents,
 ``reseed(seed)`` to restart their tie-break generator. The arena (``evaluation/arena.py``) plays them in matches;
 actor hosts play them as opponents in training (``selfplay.baseline_opponents``).
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from configs.baselines import BASELINE_FORMS, NEGAMAX_PREFIX, baseline_strength
-from envs.connect_four_baselines import negamax_moves, one_ply_moves, random_legal_moves
-from envs.connect_four_negamax import check_depth
+from envs.builtin.connect_four.baselines import negamax_moves, one_ply_moves, random_legal_moves
+from envs.builtin.connect_four.negamax import check_depth
 
 
 class SeededPlayer:

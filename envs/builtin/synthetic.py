@@ -4,7 +4,7 @@
 ``step_us`` microseconds per env, then writes a constant-size observation, reward 0 and, every
 ``max_steps`` steps, a truncation. With it, ``ops/bench/pipeline.py`` measures how much of a core the
 pipeline leaves to an env whose own cost is known exactly. Use it as a native env:
-``env.name: native``, ``env.entry_point: envs.synthetic:SyntheticVec``, ``env.kwargs: {step_us: 20}``.
+``env.name: native``, ``env.entry_point: envs.builtin.synthetic:SyntheticVec``, ``env.kwargs: {step_us: 20}``.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
 ``fn(**env.kwargs)`` once per environment; each result must be a ``pettingzoo.ParallelEnv``. With
 ``num_agents = len(possible_agents)``, agent ``j`` (in ``possible_agents`` order) of env ``e`` is agent slot
 ``e * num_agents + j``. All agents must share one observation space and one action space; they map as
-``envs.gym_spaces`` describes (dict observations with ``action_mask`` fill ``buffers.action_mask``).
+``envs.adapters.gym_spaces`` describes (dict observations with ``action_mask`` fill ``buffers.action_mask``).
 
 Agents that finish before the rest of their env (terminated or truncated, then gone from ``env.agents``):
 
@@ -37,8 +37,8 @@ from gymnasium import spaces
 from pettingzoo import ParallelEnv
 
 from envs.base import EnvSpec, StepBuffers
-from envs.entry_point import resolve_entry_point
-from envs.gym_spaces import SpaceConverter, close_each, report_episode
+from envs.adapters.entry_point import resolve_entry_point
+from envs.adapters.gym_spaces import SpaceConverter, close_each, report_episode
 from envs.errors import EnvConfigError, EnvRaised
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from envs.base import EnvSpec, VecEnv
-from envs.entry_point import resolve_entry_point
+from envs.adapters.entry_point import resolve_entry_point
 from envs.errors import EnvConfigError, EnvRaised
 
 

@@ -2,7 +2,7 @@
 
 Holds ``num_envs`` independent ``gymnasium.make`` instances and steps them one after another in Python,
 writing into caller-owned ``StepBuffers`` and auto-resetting finished episodes like the native envs do.
-Spaces map as ``envs.gym_spaces`` describes: Box or dict-with-action-mask observations; Discrete,
+Spaces map as ``envs.adapters.gym_spaces`` describes: Box or dict-with-action-mask observations; Discrete,
 MultiDiscrete or Box actions (``start`` offsets added, Box actions clipped to the space's bounds).
 """
 
@@ -15,7 +15,7 @@ import gymnasium
 import numpy as np
 
 from envs.base import EnvSpec, StepBuffers
-from envs.gym_spaces import SpaceConverter, close_each
+from envs.adapters.gym_spaces import SpaceConverter, close_each
 from envs.errors import EnvConfigError, EnvRaised
 
 

@@ -38,7 +38,7 @@ Rewards and episode ends (each player's episode is one game; its steps are its o
 
 Episode statistics (the same values in both players' reports): ``first_player_won``, ``second_player_won``,
 ``draw`` (0/1; all 0 for a truncated game) and ``moves`` (stones played in the game). Nothing is random, so
-``reset``'s seed is unused. Baseline opponents live in ``envs/connect_four_baselines.py``.
+``reset``'s seed is unused. Baseline opponents live in ``envs/builtin/connect_four/baselines.py``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Fixed Connect Four opponents for ``envs/connect_four.py``, for a batch of agents at once.
+"""Fixed Connect Four opponents for ``envs/builtin/connect_four/game.py``, for a batch of agents at once.
 
 Each takes what a policy sees (observation planes ``[n, 2, 6, 7]`` from the mover's point of view: plane 0 its
 own stones, plane 1 the opponent's, any nonzero value is a stone; action masks ``[n, 7]``, 1 = legal) and
@@ -8,7 +8,7 @@ return one column per agent as ``int32[n]``, so any of them can stand in for a p
 * ``one_ply_moves(obs, masks, rng)``: a winning column if there is one, else a column that blocks the
   opponent's immediate win, else uniformly random legal (ties broken uniformly at random at every level).
 * ``negamax_moves(obs, masks, rng, depth=N)``: uniformly random among the columns a depth-N negamax search
-  for forced wins and losses scores best (``envs/connect_four_negamax.py``; a faster win and a later loss
+  for forced wins and losses scores best (``envs/builtin/connect_four/negamax.py``; a faster win and a later loss
   score higher, so depth 1 wins now and depth 2 also blocks); ``negamax_best_moves`` gives that set.
 
 A row whose mask allows nothing is treated as unmasked (all 7 columns), as the learner treats masks.
@@ -19,8 +19,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from envs.connect_four import COLS, ROWS, wins_through
-from envs.connect_four_negamax import best_columns_kernel, check_depth
+from envs.builtin.connect_four.game import COLS, ROWS, wins_through
+from envs.builtin.connect_four.negamax import best_columns_kernel, check_depth
 from envs.errors import EnvConfigError
 
 
@@ -103,7 +103,7 @@ def _best_columns(obs: np.ndarray, legal: np.ndarray, depth: int) -> np.ndarray:
 def negamax_best_moves(obs: np.ndarray, masks: np.ndarray, *, depth: int) -> np.ndarray:
     """bool [n, 7]: the legal columns a ``depth``-ply negamax search for forced wins and losses scores best.
 
-    Scores as in ``envs/connect_four_negamax.py`` (+ forced win, - forced loss, 0 otherwise; a faster win and
+    Scores as in ``envs/builtin/connect_four/negamax.py`` (+ forced win, - forced loss, 0 otherwise; a faster win and
     a later loss score higher); ``obs``: [n, 2, 6, 7] planes from the mover's point of view; ``masks``: [n, 7].
     """
     depth = check_depth(depth)

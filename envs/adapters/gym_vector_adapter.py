@@ -2,7 +2,7 @@
 
 ``env.entry_point`` names a callable that is called as ``fn(num_envs=num_envs, **env.kwargs)`` and must
 return a ``gymnasium.vector.VectorEnv`` of exactly ``num_envs`` sub-envs; sub-env ``i`` is agent slot ``i``.
-Spaces come from ``single_observation_space``/``single_action_space`` (see ``envs.gym_spaces``).
+Spaces come from ``single_observation_space``/``single_action_space`` (see ``envs.adapters.gym_spaces``).
 
 How the vector env's ``metadata["autoreset_mode"]`` maps onto Sluice's contract (an episode end arrives with
 the first observation of the next episode; ``final_obs`` holds a truncated episode's last observation):
@@ -29,8 +29,8 @@ import numpy as np
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv
 
 from envs.base import EnvSpec, StepBuffers
-from envs.entry_point import resolve_entry_point
-from envs.gym_spaces import SpaceConverter, report_episode
+from envs.adapters.entry_point import resolve_entry_point
+from envs.adapters.gym_spaces import SpaceConverter, report_episode
 from envs.errors import EnvConfigError, EnvRaised
 
 
