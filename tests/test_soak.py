@@ -34,7 +34,7 @@ SMALL_CARTPOLE = ("trainer.num_workers=1", "trainer.batch_size=1024", "trainer.m
 
 
 def harness_modules(*names: str) -> list:
-    """Modules of ops/soak (a script folder, like ops/bench), imported with it on sys.path."""
+    """Modules of ops/soak (a script folder), imported with it on sys.path."""
     with pytest.MonkeyPatch.context() as patch:
         patch.syspath_prepend(str(REPO / "ops" / "soak"))
         return [importlib.import_module(name) for name in names]

@@ -1,6 +1,6 @@
 """COMA in one process (the serial mode): step a cooperative continuous VecEnv, fill the replay buffer with joint
 transitions, train, evaluate. The seed's training loop as written (seeds/004), for tests, the credit-assignment
-probe and ``ops/bench/coma_spread.py``; the distributed path feeds the same ``Coma`` from actor hosts' rows.
+probe and ``ops/experiments/coma_spread.py``; the distributed path feeds the same ``Coma`` from actor hosts' rows.
 
 The env must have Box actions and give its global state: ``global_state(out)`` and ``final_global_state(out)``
 (``[num_envs, state_dim]`` float32; the final one is the last state of an episode that the last step ended, as

@@ -28,7 +28,7 @@ The three are timed in interleaved rounds (the machine may be shared); the headl
 rounds, and the ratio of the totals is reported beside it.
 
 Prints one JSON object per measurement and one ``assembler_copy`` headline record per config.
-Usage: .venv/bin/python ops/bench/assembler_copy.py [--config configs/grid_3agents.yaml ...]
+Usage: .venv/bin/python -m ops.bench.assembler_copy [--config configs/grid_3agents.yaml ...]
 [--seconds 3.0] [--rounds 5] [--workers N] [--profile] [--set section.key=value ...]
 """
 
@@ -40,10 +40,10 @@ import time
 import numpy as np
 
 from actors.assembler import RowAssembler, _add_steps_kernel
-from envs.registry import env_spec
-from benchlib import emit
 from configs.loader import load_config
 from configs.plan import make_plan
+from envs.registry import env_spec
+from ops.benchlib import emit
 from protocol.rows import ROW_FIELDS, RowLayout
 
 TARGET = 0.5

@@ -5,7 +5,7 @@ Random minibatches of ``coma.batch_size`` joint transitions (3 agents, the shape
 process, ``--threads`` torch threads; after ``--warmup`` steps it times ``--steps`` steps ``--repeats`` times and
 reports the best and the median milliseconds per step. ``--set coma.KEY=VALUE`` changes the coma section (e.g. the
 hidden sizes or the batch size). Usage:
-.venv/bin/python ops/bench/coma_step.py [--threads 1] [--steps 300] [--repeats 3] [--set coma.batch_size=128]
+.venv/bin/python -m ops.bench.coma_step [--threads 1] [--steps 300] [--repeats 3] [--set coma.batch_size=128]
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ import time
 
 import numpy as np
 import torch
-from benchlib import emit
 
 from configs.loader import load_config
-from envs.simple_spread import SimpleSpreadVec
+from envs.builtin.simple_spread import SimpleSpreadVec
 from learner.coma.algorithm import Coma, transition_fields
+from ops.benchlib import emit
 from policies.team_actors import team_shapes
 
 AGENTS = 3

@@ -1,6 +1,6 @@
 """What CURVE costs on the data path: row-block-sized messages over PUSH/PULL on loopback, plaintext vs CurveZMQ.
 
-    .venv/bin/python ops/bench/curve_cost.py [--message-bytes 3000000] [--seconds 5]
+    .venv/bin/python -m ops.bench.curve_cost [--message-bytes 3000000] [--seconds 5]
 
 A sender process pushes messages of one size as fast as the socket takes them (high-water mark 8, like the
 actor host's data socket); the receiver in this process counts what arrives. Both runs use the same sockets and
@@ -12,19 +12,15 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import zmq
 
-from benchlib import emit
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from protocol.curve import ZapGuard, load_client_curve, load_server_curve  # noqa: E402
-from protocol.keys import make_key_pair  # noqa: E402
+from ops.benchlib import emit
+from protocol.curve import ZapGuard, load_client_curve, load_server_curve
+from protocol.keys import make_key_pair
 
 HWM = 8
 

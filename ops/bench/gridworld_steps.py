@@ -3,7 +3,7 @@
 Steps ``GridworldVec`` with uniformly random actions (pre-drawn, cycled, so drawing them is not timed) into
 private ``StepBuffers``, after a warm-up that includes numba compilation/cache load. Prints one JSON object
 per agent count with agent-steps/s (= env steps/s x agents; one process, so per core). Goal: >= 1M.
-Usage: .venv/bin/python ops/bench/gridworld_steps.py [--agents 3 24] [--slots 768] [--seconds 3]
+Usage: .venv/bin/python -m ops.bench.gridworld_steps [--agents 3 24] [--slots 768] [--seconds 3]
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import time
 import numpy as np
 
 from envs.base import StepBuffers
-from envs.gridworld import GridworldVec
-from benchlib import machine
+from envs.builtin.gridworld import GridworldVec
+from ops.benchlib import machine
 
 
 def bench(num_agents: int, slots: int, seconds: float, max_steps: int) -> dict:

@@ -7,7 +7,8 @@ does it (``to_batch`` -> ``ppo_update`` on one of two host buffers):
   * memory: the two batch buffers are filled once from the decoded blocks; the loop just trains.
   * zmq: a synthetic sender process (this script with ``--sender``) pushes the pre-encoded blocks over a real
     PUSH socket on tcp://127.0.0.1 as fast as the high-water mark lets it, into a real
-    ``learner.serve.ingest.Ingest`` thread; the loop takes ``ingest.ready`` and gives back ``ingest.free``.
+    ``learner.serve.ingest.Ingest`` thread; the loop takes a full buffer (``ingest.slots.next_full``) and gives it
+    back (``ingest.slots.release``).
 
 ``ingest_ratio = zmq_samples_per_s / memory_samples_per_s`` (samples: agent steps trained, batch_size per
 update); target 0.9. Phases alternate (memory, zmq, memory, zmq, ...) because the machine may be shared; the
@@ -26,7 +27,7 @@ forward_pass_minibatch_target_size=64 (fewer agents, so a smaller batch passes t
 batch_size=16384, minibatch_size=4096. The cartpole case runs configs/cartpole.yaml as is.
 
 Prints one JSON object per phase, one per check, and one ``ingest`` headline per case.
-Usage: .venv/bin/python ops/bench/ingest.py [--config configs/grid_3agents.yaml --set trainer.key=value ...]
+Usage: .venv/bin/python -m ops.bench.ingest [--config configs/grid_3agents.yaml --set trainer.key=value ...]
 [--updates N] [--rounds 3]   (with no --config: the two default cases)
 """
 
@@ -35,7 +36,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import queue
 import signal
 import subprocess
 import sys
@@ -46,17 +46,17 @@ import numpy as np
 import torch
 import zmq
 
-from envs.registry import env_spec
-from benchlib import emit
 from configs.loader import load_config
 from configs.plan import make_plan
+from envs.registry import env_spec
 from envs.rows import row_layout
-from learner.update.batch import BatchBuffers, to_batch
-from learner.serve.ingest import Ingest
-from learner.ppo.update import ppo_update
 from learner.ppo.algorithm import make_optimizer, make_reference
-from learner.serve.senders import Sender, SenderRegistry
 from learner.ppo.schedules import schedule_for
+from learner.ppo.update import ppo_update
+from learner.serve.ingest import Ingest
+from learner.serve.senders import Sender, SenderRegistry
+from learner.update.batch import BatchBuffers, to_batch
+from ops.benchlib import emit
 from policies.factory import make_policy
 from protocol import Limits, Message, MessageType, decode, encode
 from protocol.rows import RowLayout
@@ -219,18 +219,17 @@ def run_zmq(model: Trainer, ingest: Ingest, updates: int, drain: int,
         while True:
             if ingest.error is not None:
                 raise RuntimeError("ingest thread failed") from ingest.error
-            try:
-                index = ingest.ready.get(timeout=1.0)
+            index = ingest.slots.next_full(timeout=1.0)
+            if index is not None:
                 break
-            except queue.Empty:
-                if not ingest.is_alive():
-                    raise RuntimeError("ingest thread stopped")
+            if not ingest.is_alive():
+                raise RuntimeError("ingest thread stopped")
         waited += time.perf_counter() - t0
         used.append(index)
         if check is not None:
-            check(ingest.buffers[index])
-        model.train(ingest.buffers[index])
-        ingest.free.put(index)
+            check(ingest.slots.buffers[index])
+        model.train(ingest.slots.buffers[index])
+        ingest.slots.release(index)
     return time.perf_counter() - started, waited, used
 
 
@@ -283,7 +282,7 @@ def bench_case(config_path: str, overrides: list[str], updates: int, rounds: int
                         rows_per_message=net.rows_per_message, max_abs_value=net.max_abs_value)
         endpoint = ingest.socket.getsockopt(zmq.LAST_ENDPOINT).decode()
         ingest.start()
-        command = [sys.executable, os.path.abspath(__file__), "--sender", endpoint, "--config", config_path,
+        command = [sys.executable, "-m", "ops.bench.ingest", "--sender", endpoint, "--config", config_path,
                    "--state-size", str(state_size), "--seed", str(seed)]
         for item in overrides:
             command += ["--set", item]
@@ -316,11 +315,9 @@ def bench_case(config_path: str, overrides: list[str], updates: int, rounds: int
                   "s": round(s, 3), "wait_s": round(waited, 3),
                   "samples_per_s": round(updates * trainer.batch_size / s),
                   "ratio_to_memory_phase": round(ratios[-1], 3)})
-        with ingest.stats.lock:
-            stats = {"rows_received": ingest.stats.rows_received,
-                     "rows_dropped": dict(ingest.stats.rows_dropped),
-                     "messages_dropped": dict(ingest.stats.messages_dropped),
-                     "bytes_received": ingest.stats.bytes_received}
+        totals = ingest.counters.totals()
+        stats = {"rows_received": totals.rows_received, "rows_dropped": dict(totals.rows_dropped),
+                 "messages_dropped": dict(totals.messages_dropped), "bytes_received": totals.bytes_received}
     finally:
         stop.set()
         if sender is not None:
@@ -342,7 +339,7 @@ def bench_case(config_path: str, overrides: list[str], updates: int, rounds: int
     for line in (sender_out or "").splitlines():
         if line.startswith("{"):
             sent = json.loads(line).get("messages_sent")
-    buffer_obs_dtype = ingest.buffers[0].arrays["obs"].dtype.name
+    buffer_obs_dtype = ingest.slots.buffers[0].arrays["obs"].dtype.name
     wire_obs_dtype = decoded[0].arrays["obs"].dtype.name
     dtype_ok = (buffer_obs_dtype == np.dtype(spec.obs_dtype).name and wire_obs_dtype == buffer_obs_dtype
                 and obs_frame_bytes == obs_elems * np.dtype(spec.obs_dtype).itemsize)

@@ -6,8 +6,8 @@ variant. ``--encoder mlp --encoder cnn`` (or ``--encoder all``) times each obser
 (model.encoder; ``all``: every one the env can take). ``--ranks K`` (repeatable) times the data-parallel update
 of K learner ranks on CPU (issue 15) and adds "ranks", "samples_per_s" (whole-batch transitions per second) and
 "rank_threads": K = 1 is the single-process update; K > 1 starts K real gloo processes
-(ops/bench/rank_update_worker.py), each timing its share of the batch, without the compile variant. Usage:
-PYTHONPATH=. .venv/bin/python ops/bench/learner_update.py [--config configs/cartpole.yaml] [--device cpu|cuda]
+(``python -m ops.bench.rank_update_worker``), each timing its share of the batch, without the compile variant.
+Usage: .venv/bin/python -m ops.bench.learner_update [--config configs/cartpole.yaml] [--device cpu|cuda]
 [--updates 20] [--encoder auto|mlp|cnn|tokens|all ...] [--ranks K ...] [--no-compile] [--autocast none|bf16 ...]
 [--peak-tflops T] [--set trainer.key=value ...]. Every record has "update_gflop", one update's FLOPs (forward and
 backward matmuls and convolutions, torch's FlopCounterMode); with ``--peak-tflops`` also the compute floor.
@@ -31,25 +31,25 @@ import numpy as np
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from envs.registry import env_spec
-from envs.base import EnvSpec
 from configs.loader import ConfigError, load_config
 from configs.plan import PlanError
 from configs.rank_plan import make_rank_plan
 from configs.schema import AUTOCAST_MODES
+from envs.base import EnvSpec
+from envs.registry import env_spec
 from envs.rows import row_layout
-from learner.update.batch import BatchBuffers, RowBatch, to_batch
-from learner.ppo.losses import minibatch_losses
-from learner.ppo.update import ppo_update
 from learner.ppo.algorithm import make_optimizer
-from learner.update.reducer import SINGLE_PROCESS, Reducer
+from learner.ppo.losses import minibatch_losses
 from learner.ppo.schedules import schedule_for
+from learner.ppo.update import ppo_update
+from learner.update.batch import BatchBuffers, RowBatch, to_batch
+from learner.update.reducer import SINGLE_PROCESS, Reducer
 from policies.encoders import encoder_kind
 from policies.factory import make_policy
 
 REPO = Path(__file__).resolve().parents[2]
-RANK_WORKER = Path(__file__).with_name("rank_update_worker.py")
-"""The script one rank of a ``--ranks K`` (K > 1) timing runs."""
+RANK_WORKER = "ops.bench.rank_update_worker"
+"""The module one rank of a ``--ranks K`` (K > 1) timing runs (``python -m``, from the repository root)."""
 
 
 def synthetic_batch(policy: torch.nn.Module, spec: EnvSpec, segments: int, horizon: int, device: torch.device,
@@ -204,13 +204,12 @@ def time_ranks(config_path: str, overrides: list[str], *, encoder: str, ranks: i
     with tempfile.TemporaryDirectory(prefix="sluice-bench-ranks-") as directory:
         folder = Path(directory)
         threads = max(1, (os.cpu_count() or 1) // ranks)
-        env = {**os.environ, "OMP_NUM_THREADS": str(threads),
-               "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+        env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
         settings = [arg for override in overrides for arg in ("--set", override)]
         processes = []
         try:
             for rank in range(ranks):
-                command = [sys.executable, str(RANK_WORKER), "--rank", str(rank), "--world-size", str(ranks),
+                command = [sys.executable, "-m", RANK_WORKER, "--rank", str(rank), "--world-size", str(ranks),
                            "--init-method", f"file://{folder / 'rendezvous'}", "--timeout-s", str(timeout_s),
                            "--threads", str(threads), "--config", config_path, "--encoder", encoder,
                            "--updates", str(updates), *settings]

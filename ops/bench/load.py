@@ -11,7 +11,7 @@ ingest and update loop are what is measured. Printed (one JSON object, with the 
   (not dropped as stale or future), messages dropped by reason, updates, and its VmRSS sampled every second
   (first, largest, last).
 
-Usage: .venv/bin/python ops/bench/load.py [--hosts 16] [--seconds 30] [--config configs/cartpole.yaml]
+Usage: .venv/bin/python -m ops.bench.load [--hosts 16] [--seconds 30] [--config configs/cartpole.yaml]
 """
 
 from __future__ import annotations
@@ -28,12 +28,10 @@ from pathlib import Path
 import numpy as np
 import zmq
 
-sys.path.insert(1, str(Path(__file__).resolve().parents[1] / "soak"))  # the soak harness's sender and processes
-
-from benchlib import emit  # noqa: E402
-from genuine import RegisteredSender  # noqa: E402
-from protocol import encode  # noqa: E402
-from stack import Stack, StackOptions, read_metrics, rss_kib  # noqa: E402
+from ops.benchlib import emit
+from ops.soak.genuine import RegisteredSender  # the soak harness's registered sender and its process stack
+from ops.soak.stack import Stack, StackOptions, read_metrics, rss_kib
+from protocol import encode
 
 KEEPALIVE_EVERY = 16
 """Messages between a host's heartbeat checks (its version follows the learner's through the answers)."""
@@ -172,7 +170,7 @@ def _row_steps(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="ops/bench/load.py", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m ops.bench.load", description=__doc__.split("\n\n")[0])
     parser.add_argument("--hosts", type=int, default=16, help="simulated actor hosts (default %(default)s)")
     parser.add_argument("--seconds", type=float, default=30.0, help="sending window (default %(default)s)")
     parser.add_argument("--config", default="configs/cartpole.yaml", help="the learner's config (default %(default)s)")

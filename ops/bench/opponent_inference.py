@@ -7,7 +7,7 @@ each ``--rows`` (rows per snapshot). Also times (c) the batched pass when the st
 the stacked one (a subset taken by index) and (d) restacking the weights. Best of ``--repeats`` x ``--steps``.
 One thread, as an actor host runs.
 
-Usage: .venv/bin/python ops/bench/opponent_inference.py [--config selfplay_connect4] [--snapshots 8]
+Usage: .venv/bin/python -m ops.bench.opponent_inference [--config selfplay_connect4] [--snapshots 8]
        [--rows 8 16 32] [--steps 300] [--repeats 3]
 """
 
@@ -19,12 +19,12 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
-from benchlib import emit
 
 from actors.inference import Inference
 from actors.opponent_batch import SnapshotBatch
 from configs.loader import load_config, resolve_config_path
 from envs.registry import env_spec
+from ops.benchlib import emit
 
 
 def best_ms(step: Callable[[], object], *, steps: int, repeats: int) -> float:

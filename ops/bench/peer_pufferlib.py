@@ -3,20 +3,21 @@
 Same envs (our own numba CartPole / gridworld code, built by ``envs.registry.make_vec_env`` from the
 same run configs), same number of worker processes, same number of envs per worker, same machine, one run:
 
-* **PufferLib**: ``ops/bench/pufferlib_side.py`` runs in its own virtual environment (``.bench/pufferlib-venv``,
-  created here, idempotently, with ``pufferlib-core`` from PyPI; no peer code is vendored). It wraps one batch of
-  our envs per worker as a native ``pufferlib.PufferEnv`` (zero-copy: our env writes straight into PufferLib's
-  shared-memory buffers) and steps it with ``pufferlib.vector.Multiprocessing`` and uniformly random actions
-  drawn per step in the main process, in two settings: ``sync`` (batch_size = num_envs) and ``async``
-  (batch_size = num_envs / 2, PufferLib's double-buffered EnvPool mode).
-* **ours**: ``ops/bench/pipeline.py`` (our venv): a real ``python -m actors --null-policy`` host with worker
-  processes, shared memory, the assembler and a ZeroMQ sink, for each ``--async-factor``.
+* **PufferLib**: ``ops/bench/pufferlib_side.py`` (``-m ops.bench.pufferlib_side``) runs in its own virtual
+  environment (``.bench/pufferlib-venv``, created here, idempotently, with ``pufferlib-core`` from PyPI; no peer
+  code is vendored). It wraps one batch of our envs per worker as a native ``pufferlib.PufferEnv`` (zero-copy: our
+  env writes straight into PufferLib's shared-memory buffers) and steps it with ``pufferlib.vector.Multiprocessing``
+  and uniformly random actions drawn per step in the main process, in two settings: ``sync`` (batch_size =
+  num_envs) and ``async`` (batch_size = num_envs / 2, PufferLib's double-buffered EnvPool mode).
+* **ours**: ``ops/bench/pipeline.py`` (``-m ops.bench.pipeline``, our venv): a real ``python -m actors
+  --null-policy`` host with worker processes, shared memory, the assembler and a ZeroMQ sink, for each
+  ``--async-factor``.
 
 Prints one JSON object per line: every PufferLib run (``"bench": "pufferlib_multiprocessing"``), every record
 pipeline.py prints (``"bench": "pipeline"``), and per env a summary (``"bench": "peer_pufferlib"``) with
 ``ratio = ours / pufferlib`` (best setting of each side; target >= 1.0). Progress goes to stderr.
 
-Usage: .venv/bin/python ops/bench/peer_pufferlib.py [--envs cartpole grid3 grid24] [--workers 2]
+Usage: .venv/bin/python -m ops.bench.peer_pufferlib [--envs cartpole grid3 grid24] [--workers 2]
        [--envs-per-worker N | NAME=N ...] [--seconds 5] [--rounds 1] [--async-factor 2 1]
        [--skip-ours] [--skip-peer] [--setup-only]
 """
@@ -31,14 +32,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-from benchlib import emit
+from ops.benchlib import emit
 
 REPO = Path(__file__).resolve().parents[2]
 VENV = REPO / ".bench" / "pufferlib-venv"
 PEER_PY = VENV / "bin" / "python"
 OUR_PY = REPO / ".venv" / "bin" / "python"
-SIDE = REPO / "ops" / "bench" / "pufferlib_side.py"
-PIPELINE = REPO / "ops" / "bench" / "pipeline.py"
+SIDE = "ops.bench.pufferlib_side"
+"""The peer's side, run as a module by the peer venv's interpreter from the repository root."""
+PIPELINE = "ops.bench.pipeline"
+"""Our side, run as a module by our venv's interpreter from the repository root."""
 
 PUFFERLIB = "pufferlib-core==3.0.23"
 TORCH = "torch==2.13.0"
@@ -116,11 +119,11 @@ def _json_lines(text: str) -> list[dict]:
 
 
 def _pufferlib_processes() -> list[int]:
-    """PIDs of live processes running pufferlib_side.py (its Multiprocessing workers are forks of it)."""
+    """PIDs of live processes running pufferlib_side (its Multiprocessing workers are forks of it)."""
     pids = []
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
         try:
-            if b"pufferlib_side.py" in cmdline.read_bytes():
+            if SIDE.encode() in cmdline.read_bytes():
                 pid = int(cmdline.parent.name)
                 if pid != os.getpid() and Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
                     pids.append(pid)
@@ -131,7 +134,7 @@ def _pufferlib_processes() -> list[int]:
 
 def run_peer(env: str, workers: int, envs_per_worker: int, mode: str, seconds: float, warmup: float) -> dict:
     """One PufferLib measurement in the peer venv; afterwards no process of it may remain."""
-    cmd = [str(PEER_PY), str(SIDE), "--env", env, "--workers", str(workers), "--envs-per-worker",
+    cmd = [str(PEER_PY), "-m", SIDE, "--env", env, "--workers", str(workers), "--envs-per-worker",
            str(envs_per_worker), "--mode", mode, "--seconds", str(seconds), "--warmup", str(warmup)]
     log(" ".join(cmd[1:]))
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=sys.stderr, text=True)
@@ -158,10 +161,7 @@ def run_peer(env: str, workers: int, envs_per_worker: int, mode: str, seconds: f
 def run_ours(env: str, workers: int, envs_per_worker: int, seconds: float, async_factors: list[int],
              pipeline_only: bool) -> list[dict]:
     """pipeline.py (our venv) for one env: one record per async factor."""
-    if not PIPELINE.exists():
-        log(f"{PIPELINE.relative_to(REPO)} does not exist: no figures for our side, no ratio")
-        return []
-    cmd = [str(OUR_PY), str(PIPELINE), "--envs", env, "--workers", str(workers), "--envs-per-worker",
+    cmd = [str(OUR_PY), "-m", PIPELINE, "--envs", env, "--workers", str(workers), "--envs-per-worker",
            str(envs_per_worker), "--seconds", str(seconds), "--async-factor", *map(str, async_factors)]
     if pipeline_only:
         cmd.append("--pipeline-only")

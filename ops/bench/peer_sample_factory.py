@@ -2,7 +2,7 @@
 
 Usage (from the repository root, with the project's venv)::
 
-    .venv/bin/python ops/bench/peer_sample_factory.py [--trials N] [--timeout-s S] [--sf-models matched,example]
+    .venv/bin/python -m ops.bench.peer_sample_factory [--trials N] [--timeout-s S] [--sf-models matched,example]
                                                       [--skip-sf] [--skip-ours]
 
 What it does, per trial and one run at a time (never two trainings at once):
@@ -20,7 +20,7 @@ What it does, per trial and one run at a time (never two trainings at once):
    time-to-475 reference: with our small MLP, SF's example hyperparameters (lr 1e-4) may not reach 475
    within the timeout.
 3. Sluice: the learner and one actor host (``--n 2``) as separate processes, exactly like
-   ``ops/bench/cartpole_to_475.py``, twice: on ``env.name: gymnasium`` + ``env.gym_id: CartPole-v1``
+   ``ops/experiments/cartpole_to_475.py``, twice: on ``env.name: gymnasium`` + ``env.gym_id: CartPole-v1``
    (the same env as SF's side) and on the built-in numba port (``configs/cartpole.yaml`` as is).
 
 Figures (one JSON object per line on stdout; progress on stderr):
@@ -451,8 +451,7 @@ def main() -> None:
     unknown = set(sf_models) - set(SF_MODELS)
     if unknown:
         parser.error(f"unknown --sf-models {sorted(unknown)}; allowed: {sorted(SF_MODELS)}")
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from benchlib import emit
+    from ops.benchlib import emit  # here, not at the top: the --sf-driver run in SF's venv has no ``ops`` to import
 
     versions = ensure_peer_venv() if sf_models else {}
     rows: dict[str, list[dict]] = {f"sf_{m}": [] for m in SF_MODELS}

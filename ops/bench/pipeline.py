@@ -15,7 +15,7 @@ reports in its ROWS messages: the batch size the inference step reaches against
 forward_pass_minibatch_target_size, ms per forward pass and per inference step, and the fraction of time
 env workers wait for actions; plus CPU seconds per process kind, which is where the overhead goes.
 
-Usage: .venv/bin/python ops/bench/pipeline.py [--envs cartpole grid3 grid24 synthetic20us] [--workers 2]
+Usage: .venv/bin/python -m ops.bench.pipeline [--envs cartpole grid3 grid24 synthetic20us] [--workers 2]
 [--envs-per-worker N] [--async-factor 1 2] [--seconds 10]
 """
 
@@ -36,16 +36,16 @@ from pathlib import Path
 import numpy as np
 import zmq
 
-from benchlib import emit
-from envs.base import StepBuffers
-from envs.registry import env_spec, make_vec_env
 from configs.loader import config_to_dict, load_config
 from configs.plan import make_plan
 from configs.schema import RunConfig
+from envs.base import StepBuffers
+from envs.registry import env_spec, make_vec_env
 from learner.serve.control import ControlServer
 from learner.serve.host_sizing import HostSizing
-from learner.serve.ingest import host_timing
+from learner.serve.ingest_counters import host_timing
 from learner.serve.senders import SenderRegistry
+from ops.benchlib import emit
 from protocol import Limits, MessageType, ProtocolError, decode
 
 REPO = Path(__file__).resolve().parents[2]
@@ -53,7 +53,8 @@ ENVS: dict[str, tuple[str, list[str]]] = {
     "cartpole": ("configs/cartpole.yaml", []),
     "grid3": ("configs/grid_3agents.yaml", []),
     "grid24": ("configs/grid_24agents.yaml", []),
-    "synthetic20us": ("configs/cartpole.yaml", ["env.name=native", "env.entry_point=envs.synthetic:SyntheticVec",
+    "synthetic20us": ("configs/cartpole.yaml", ["env.name=native",
+                                                "env.entry_point=envs.builtin.synthetic:SyntheticVec",
                                                 "env.kwargs={step_us: 20}"]),
 }
 """Benchmark env name -> (run config, overrides)."""

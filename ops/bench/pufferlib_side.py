@@ -10,8 +10,8 @@ own shared-memory buffers (observations, actions, rewards, terminals, truncation
 (final_obs, episode stats, action masks) are private arrays of the wrapper.
 
 Prints one JSON object (agent steps/s over a fixed window after a warm-up that includes numba compile or
-cache load). Not meant to be run by hand; peer_pufferlib.py runs it as
-``.bench/pufferlib-venv/bin/python ops/bench/pufferlib_side.py --env cartpole --workers 2 --envs-per-worker N
+cache load). Not meant to be run by hand; peer_pufferlib.py runs it, from the repository root, as
+``.bench/pufferlib-venv/bin/python -m ops.bench.pufferlib_side --env cartpole --workers 2 --envs-per-worker N
 --mode sync|async --seconds S``.
 """
 
@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -30,13 +29,11 @@ import psutil
 import pufferlib
 import pufferlib.vector
 
-REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:  # the venv has sluice installed editable; this is for a non-editable copy
-    sys.path.insert(0, str(REPO))
+from configs.loader import load_config
+from envs.base import StepBuffers
+from envs.registry import make_vec_env
 
-from envs.base import StepBuffers  # noqa: E402
-from envs.registry import make_vec_env  # noqa: E402
-from configs.loader import load_config  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
 
 ENV_CONFIGS = {
     "cartpole": "configs/cartpole.yaml",

@@ -1,6 +1,6 @@
-"""One learner rank of ``ops/bench/learner_update.py --ranks K`` (K > 1), run as a real process by its launcher:
-``python ops/bench/rank_update_worker.py --rank R --world-size K --init-method file://... --timeout-s T --threads N
---config C --encoder E --updates U [--set key=value ...]``.
+"""One learner rank of ``python -m ops.bench.learner_update --ranks K`` (K > 1), run as a real process by its
+launcher, from the repository root: ``python -m ops.bench.rank_update_worker --rank R --world-size K --init-method
+file://... --timeout-s T --threads N --config C --encoder E --updates U [--set key=value ...]``.
 
 It takes N torch threads, joins the gloo group, builds the policy every rank builds (same seed) and its own synthetic
 share of the batch (seeded by rank), and times the data-parallel ``ppo_update`` (``learner_update.time_updates``).
@@ -22,7 +22,7 @@ import torch.distributed as dist
 
 from configs.loader import load_config
 from learner.ranks.distributed import CollectiveTimeout, init_learner_group
-from learner_update import time_updates, with_ranks
+from ops.bench.learner_update import time_updates, with_ranks
 
 TIMEOUT_EXIT = 3
 """Exit status of a rank whose collective (or the rendezvous) timed out."""

@@ -9,7 +9,7 @@ their resets, one process:
   reset when its agents are done (how the PettingZoo adapter drives each of its envs).
 
 Prints one JSON object per side: env steps/s. Usage:
-.venv/bin/python ops/bench/spread_steps.py [--envs 1024] [--seconds 3]
+.venv/bin/python -m ops.bench.spread_steps [--envs 1024] [--seconds 3]
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ import argparse
 import time
 
 import numpy as np
-from benchlib import emit
 
 from envs.base import StepBuffers
-from envs.simple_spread import ACTION_DIM, SimpleSpreadVec
+from envs.builtin.simple_spread import ACTION_DIM, SimpleSpreadVec
+from ops.benchlib import emit
 
 AGENTS = 3
 

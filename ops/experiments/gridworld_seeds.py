@@ -13,7 +13,7 @@ Prints one JSON line per seed (the return when each agent-step mark was reached,
 the named episode stats' last means) and a summary line (final return min/median/max over seeds, seeds passing);
 ``--markdown FILE`` writes the same as a table for the README.
 
-Usage: .venv/bin/python ops/bench/gridworld_seeds.py [--config grid_3agents] [--seeds 1 2 3 4 5]
+Usage: .venv/bin/python -m ops.experiments.gridworld_seeds [--config grid_3agents] [--seeds 1 2 3 4 5]
        [--agent-steps N (default: the config's trainer.total_timesteps)] [--seconds 1800] [--port 6400]
        [--set SECTION.KEY=VALUE ...] [--markdown FILE]
 """
@@ -27,13 +27,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchlib import emit, machine
-from gridworld_random_baseline import random_baseline
-from learning_criteria import curve_from_records, evaluate_curve, last_episode_stats, return_at_marks
-from pipeline_run import trained_run
-
 from configs.loader import load_config, resolve_config_path
 from evaluation.plot import PlotError, read_records
+from ops.benchlib import emit, machine
+from ops.experiments.gridworld_random_baseline import random_baseline
+from ops.experiments.learning_criteria import (curve_from_records, evaluate_curve, last_episode_stats,
+                                               return_at_marks)
+from ops.experiments.pipeline_run import trained_run
 
 MARKS = (1_000_000, 2_000_000, 4_000_000, 8_000_000)
 """Agent steps at which each seed's return is reported (when the run reached them)."""

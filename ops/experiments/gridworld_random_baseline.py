@@ -6,7 +6,7 @@ episodes have finished, and prints one JSON object with the mean and std of the 
 means of the env's named episode stats (the gridworld's items collected and converted). A config's staggered start
 (``env.kwargs.stagger_start``) is turned off here, so every episode counted has the full ``max_steps`` steps.
 A trained policy should beat this mean by a margin well outside the std.
-Usage: .venv/bin/python ops/bench/gridworld_random_baseline.py --config configs/grid_3agents.yaml
+Usage: .venv/bin/python -m ops.experiments.gridworld_random_baseline --config configs/grid_3agents.yaml
        [--episodes 200] [--seed 0] [--num-envs N]
 """
 
@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 
+from configs.loader import load_config
 from envs.base import StepBuffers
 from envs.registry import make_vec_env
-from configs.loader import load_config
 
 
 def random_baseline(config: Path, episodes: int, seed: int, num_envs: int | None = None,

@@ -21,10 +21,11 @@ seed and a summary line; ``--markdown FILE`` writes the table for the README; ``
 seed's run directory (pool, best/, evaluation.jsonl, metrics.jsonl, elo/) to ``DIR/seed<N>`` before the temporary
 one is removed; ``--runs DIR ...`` scores such finished run directories again without training.
 
-Usage: .venv/bin/python ops/bench/connect4_strength.py [--seeds 1 2 3] [--seconds 1800] [--games 400]
+Usage: .venv/bin/python -m ops.experiments.connect4_strength [--seeds 1 2 3] [--seconds 1800] [--games 400]
        [--opponents one_ply negamax-4] [--elo-games 200] [--port 6500] [--set SECTION.KEY=VALUE ...]
        [--keep-runs DIR] [--markdown FILE] [--game-seed N]
-       .venv/bin/python ops/bench/connect4_strength.py --runs DIR/seed1 DIR/seed2 ... [--markdown FILE] [--game-seed N]
+       .venv/bin/python -m ops.experiments.connect4_strength --runs DIR/seed1 DIR/seed2 ... [--markdown FILE]
+       [--game-seed N]
 """
 
 from __future__ import annotations
@@ -37,8 +38,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from benchlib import emit, machine
-from pipeline_run import trained_run
 from safetensors.numpy import load_file
 
 from configs.loader import load_config, resolve_config_path
@@ -47,6 +46,8 @@ from evaluation import elo
 from evaluation.arena import PolicyPlayer, baseline_player, play_match
 from evaluation.best_snapshot import BEST_DIR, read_best
 from evaluation.ratings import bootstrap_ratings
+from ops.benchlib import emit, machine
+from ops.experiments.pipeline_run import trained_run
 
 CONFIG = "selfplay_connect4"
 WIN_RATE_VS_ONE_PLY = 0.8

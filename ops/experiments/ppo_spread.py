@@ -7,7 +7,7 @@ checkpoint), then ``python -m evaluation.evaluate --deterministic`` plays ``3 * 
 agents of ``--episodes`` env episodes). The team return is 3 x the mean agent return (every agent's episode lasts
 the same 25 steps).
 
-Usage: .venv/bin/python ops/bench/ppo_spread.py [--seeds 1 2 3] [--seconds 600] [--episodes 200] [--port 6300]
+Usage: .venv/bin/python -m ops.experiments.ppo_spread [--seeds 1 2 3] [--seconds 600] [--episodes 200] [--port 6300]
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import re
 import subprocess
 import sys
 
-from benchlib import emit
-from pipeline_run import REPO, trained_run
+from ops.benchlib import emit
+from ops.experiments.pipeline_run import REPO, trained_run
 
 NUM_AGENTS = 3
 SUMMARY = re.compile(r"mean return (-?[\d.]+) \+- ([\d.]+) \(95% CI\) over (\d+) episodes")

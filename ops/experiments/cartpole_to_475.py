@@ -2,8 +2,8 @@
 
 Runs the real learner and one actor host (separate processes, ZeroMQ, shared memory) ``--trials`` times
 and prints one JSON object per trial plus a summary. ``--ranks K`` runs the learner as K ranks under torchrun
-(issue 15) and ``--hosts H`` starts H actor hosts. Usage: .venv/bin/python ops/bench/cartpole_to_475.py
-[--ranks 2 --hosts 2]
+(issue 15) and ``--hosts H`` starts H actor hosts. Usage: .venv/bin/python -m ops.experiments.cartpole_to_475
+[--trials 3] [--curve] [--ranks 2 --hosts 2]
 """
 
 from __future__ import annotations

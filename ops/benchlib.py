@@ -1,7 +1,9 @@
-"""What every benchmark in ops/bench shares: the machine description and the one-JSON-object-per-line output.
+"""What the scripts of ops/bench (throughput, peers) and ops/experiments (learning results) share: the machine
+description and the one-JSON-object-per-line output.
 
-Scripts here run as ``.venv/bin/python ops/bench/<name>.py`` (this folder is then first on sys.path, so
-``from benchlib import emit, machine`` works).
+Those scripts run as modules from the repository root, ``.venv/bin/python -m ops.bench.<name>`` or
+``.venv/bin/python -m ops.experiments.<name>`` (``ops`` is then importable as a namespace package), and import
+this as ``from ops.benchlib import emit, machine``.
 """
 
 from __future__ import annotations

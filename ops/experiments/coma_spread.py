@@ -12,7 +12,7 @@ agent heads for the landmark given to it by a greedy nearest-pair assignment). T
 per-agent critics runs through the real pipeline (``configs/simple_spread.yaml``) and is scored with
 ``python -m evaluation.evaluate``; see the README.
 
-Usage: .venv/bin/python ops/bench/coma_spread.py [--mode pipeline|serial] [--seeds 1 2 3] [--seconds 600]
+Usage: .venv/bin/python -m ops.experiments.coma_spread [--mode pipeline|serial] [--seeds 1 2 3] [--seconds 600]
        [--episodes 200] [--port 6310] [--plot PNG] [--envs 16 (serial)] [--set SECTION.KEY=VALUE ...]
 """
 
@@ -24,17 +24,17 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from benchlib import emit
-from pipeline_run import trained_run
 from safetensors.numpy import load_file
 
 from configs.loader import load_config
 from envs.base import StepBuffers
-from envs.simple_spread import ACTION_DIM, SimpleSpreadVec, obs_dim, state_dim
+from envs.builtin.simple_spread import ACTION_DIM, SimpleSpreadVec, obs_dim, state_dim
 from learner.coma.algorithm import ComaShapes
 from learner.coma.serial import EpisodeLog, SerialComa, evaluate_team_return, play_team_return
 from evaluation.load_policy import LoadPolicyError, find_checkpoint
 from evaluation.plot import Curve, PlotError, draw, load_run, read_records
+from ops.benchlib import emit
+from ops.experiments.pipeline_run import trained_run
 from policies import tanh_gaussian
 from policies.factory import load_state_arrays
 from policies.team_actors import make_team_actors, team_shapes
