@@ -25,8 +25,7 @@ from configs.schema import RunConfig
 from learner.serve.addresses import AddressError, learner_addresses
 from learner.build import build_learner
 from learner.update.batch import to_batch
-from learner.run.checkpoint import Checkpoint, TrainerState, list_checkpoints, save_checkpoint
-from learner.serve.control import ControlServer
+from learner.run.checkpoint import TrainerState, save_checkpoint
 from learner.monitor.evaluation_results import EVALUATION_RESULTS, ResultsTail
 from learner.monitor.evaluator_process import EvaluatorProcess
 from learner.serve.ingest import Ingest
@@ -44,12 +43,11 @@ from learner.ranks.distributed import CollectiveTimeout
 from learner.serve.host_routing import HostRouting
 from learner.ranks.lockstep import LeaderLockstep, RankWaits, rank_wait_metrics
 from learner.ranks.context import RankContext, announce_endpoint, gather_endpoints
-from learner.run.resume_point import ResumePoint, pick_checkpoint, settle
+from learner.run.resume_point import ResumePoint, resume_checkpoint
 from learner.run.run_files import RunFilesError, as_run_files_error
 from learner.run.run_record import write_run_record
 from learner.monitor.stall_watch import StallRule, StallWatch
 from learner.stop_rules import check_stop_rules
-from learner.serve.weights import WeightsPublisher
 from policies.factory import state_arrays
 from protocol.curve import ServerCurve, ZapGuard
 from telemetry.exporter import MetricsEndpoint
@@ -79,7 +77,8 @@ class Learner:
         self.zap: ZapGuard | None = None
         self.run_dir = run_dir
         self.addresses = learner_addresses(config.network)
-        setup = build_learner(config, ranks, resume=lambda: self._resume_checkpoint(resume, resume_from))
+        setup = build_learner(config, ranks, resume=lambda: resume_checkpoint(run_dir, resume=resume, point=resume_from,
+                                                                               chosen=self._announce_resume))
         self.device, self.spec, self.plan, self.algorithm = setup.device, setup.spec, setup.plan, setup.algorithm
         self.state = setup.checkpoint.trainer_state if setup.checkpoint is not None else TrainerState()
         self.stop = threading.Event()
@@ -99,22 +98,10 @@ class Learner:
         self.evaluator = EvaluatorProcess(run_dir, config.evaluation) if config.evaluation.interval_updates else None
         """The child process evaluating pool snapshots against baselines (None: evaluation.interval_updates 0)."""
 
-    def _resume_checkpoint(self, resume: bool, point: ResumePoint | None) -> Checkpoint | None:
-        """With ``resume``, the checkpoint the run continues from: ``point``, else the newest intact one
-        (NoIntactCheckpoint when none is); None for a fresh run or one without a checkpoint yet. Says what was damaged
-        and moves newer checkpoints aside before anything of the run is rewritten (learner/run/resume_point.py)."""
-        if not resume:
-            point = None
-        elif point is None and list_checkpoints(self.run_dir):
-            point = pick_checkpoint(self.run_dir)
-        if self.ranks is not None:  # the other ranks load the same one (learner/follower.py); "": a fresh run
-            self.ranks.board.set_text("resume_from", 0, "" if point is None else str(point.path.resolve()))
-        if point is None:
-            return None
-        settle(point, say=lambda line: print(line, flush=True))
-        LOG.info("resumed from %s (update %d, %d env steps)", point.path.name,
-                 point.checkpoint.trainer_state.update, point.checkpoint.trainer_state.env_steps)
-        return point.checkpoint
+    def _announce_resume(self, path: Path | None) -> None:
+        """Several ranks: the others load the same checkpoint (learner/follower.py); "" for a fresh run."""
+        if self.ranks is not None:
+            self.ranks.board.set_text("resume_from", 0, "" if path is None else str(path.resolve()))
 
     def _save(self) -> None:
         save_checkpoint(self.run_dir, learned=self.algorithm.state_dict(), state=self.state,
@@ -178,7 +165,7 @@ class Learner:
         try:
             if self.evaluator is not None:
                 self.evaluator.start()
-            self._train(control, ingest, publisher, report)
+            self._train(serving, report)
         except (RunFilesError, OSError) as err:
             self._files_failed(err)
         finally:
@@ -188,7 +175,7 @@ class Learner:
                 self.lockstep.end(self.state.update, self.stop_reason or "learner stopping")
             self.progress.close()  # the last update's line, before what the shutdown says
             self._save_final()
-            self._shutdown_actors(control, publisher)
+            self._shutdown_actors(serving)
             threads_stop.set()
             control.join(timeout=5)
             ingest.join(timeout=5)
@@ -222,8 +209,9 @@ class Learner:
                                         host_heartbeats=serving.control.host_heartbeats))
         return serving, endpoint
 
-    def _train(self, control: ControlServer, ingest: Ingest, publisher: WeightsPublisher, report: UpdateReport) -> None:
+    def _train(self, serving: Serving, report: UpdateReport) -> None:
         """The update loop: every batch the ingest fills becomes one update, until a stop rule or a signal."""
+        control, ingest = serving.control, serving.ingest
         clock = RunClock(elapsed_before=self.state.elapsed_s, agent_steps=self.state.agent_steps)
         rows_wait_from = time.monotonic()
         stall = StallWatch(StallRule(factor=self.config.run.stall_factor, min_s=self.config.run.stall_min_s),
@@ -253,7 +241,8 @@ class Learner:
                 self.prometheus.observe_rank_waits(waits.rows_wait_s, waits.followers_wait_s)
             self._advance_version(ingest)
             stall.updated()
-            weights = self._publish_weights(control, publisher)
+            weights = state_arrays(self.algorithm.policy)
+            serving.publish_weights(self.state.policy_version, weights)
             self._snapshot_into_pool(weights)
             counted = ingest.counters.take_snapshot()
             lap = clock.lap(counted.agent_steps)
@@ -320,14 +309,6 @@ class Learner:
         self.state.policy_version += 1
         ingest.set_policy_version(self.state.policy_version)
 
-    def _publish_weights(self, control: ControlServer, publisher: WeightsPublisher) -> dict[str, np.ndarray]:
-        """Send the new weights to subscribed actor hosts and hand them to the control server (for hosts that
-        register or ask); returns them as arrays."""
-        weights = state_arrays(self.algorithm.policy)
-        publisher.publish(self.state.policy_version, weights)
-        control.set_weights(self.state.policy_version, weights)
-        return weights
-
     def _snapshot_into_pool(self, weights: dict[str, np.ndarray]) -> None:
         """Self-play: every snapshot_interval updates the current weights join the opponent pool."""
         if self.pool is not None and self.state.update % self.config.selfplay.snapshot_interval == 0:
@@ -355,14 +336,10 @@ class Learner:
             self.progress.event(decision.announcement)
             self.request_stop(decision.reason)
 
-    def _shutdown_actors(self, control: ControlServer, publisher: WeightsPublisher) -> None:
+    def _shutdown_actors(self, serving: Serving) -> None:
         """Tell actor hosts to exit, and give them a few heartbeats to hear it and say goodbye."""
         reason = self.stop_reason or "learner stopping"
-        control.begin_shutdown(reason)
-        deadline = time.monotonic() + SHUTDOWN_GRACE_HEARTBEATS * self.config.network.heartbeat_interval_s
-        while time.monotonic() < deadline and control.host_count() > 0:
-            publisher.publish_shutdown(reason)
-            time.sleep(0.1)
+        serving.shut_down_hosts(reason, grace_s=SHUTDOWN_GRACE_HEARTBEATS * self.config.network.heartbeat_interval_s)
         kept = "last" if self.update_cut_short or self.files_failed else "final"
         self.progress.event(f"learner: stopped ({reason}); {kept} checkpoint in {self.run_dir / 'checkpoints'}")
 

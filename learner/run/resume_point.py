@@ -96,6 +96,25 @@ def settle(point: ResumePoint, say: Callable[[str], None]) -> None:
         _move_aside(path, "superseded-")
 
 
+def resume_checkpoint(run_dir: Path, *, resume: bool, point: ResumePoint | None,
+                      chosen: Callable[[Path | None], None] = lambda path: None) -> Checkpoint | None:
+    """With ``resume``, the checkpoint a run continues from: ``point``, else the newest intact one
+    (NoIntactCheckpoint when none is); None for a fresh run or one without a checkpoint yet. ``chosen`` hears the
+    choice's path (None: none), before the run's files are settled on it (``settle``: what was damaged is said, newer
+    checkpoints are moved aside)."""
+    if not resume:
+        point = None
+    elif point is None and list_checkpoints(run_dir):
+        point = pick_checkpoint(run_dir)
+    chosen(None if point is None else point.path)
+    if point is None:
+        return None
+    settle(point, say=lambda line: print(line, flush=True))
+    LOG.info("resumed from %s (update %d, %d env steps)", point.path.name,
+             point.checkpoint.trainer_state.update, point.checkpoint.trainer_state.env_steps)
+    return point.checkpoint
+
+
 def _move_aside(path: Path, prefix: str) -> None:
     target = path.with_name(prefix + path.name)
     number = 1

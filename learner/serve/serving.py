@@ -5,10 +5,12 @@ actor hosts that may send rows."""
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import zmq
 
 from configs.loader import config_to_dict
@@ -36,6 +38,20 @@ class Serving:
     """Rows into the batch slots, counted (a thread)."""
     publisher: WeightsPublisher
     """New weights to every subscribed host after each update."""
+
+    def publish_weights(self, version: int, weights: dict[str, np.ndarray]) -> None:
+        """Send new weights to the subscribed hosts and hand them to the control server (for hosts that register
+        or ask)."""
+        self.publisher.publish(version, weights)
+        self.control.set_weights(version, weights)
+
+    def shut_down_hosts(self, reason: str, *, grace_s: float) -> None:
+        """Tell actor hosts to exit, and give them up to ``grace_s`` to hear it and say goodbye."""
+        self.control.begin_shutdown(reason)
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and self.control.host_count() > 0:
+            self.publisher.publish_shutdown(reason)
+            time.sleep(0.1)
 
 
 def bind_serving(config: RunConfig, spec: EnvSpec, addresses: LearnerAddresses, *, context: zmq.Context,
