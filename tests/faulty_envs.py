@@ -6,6 +6,8 @@ import os
 import signal
 import time
 
+import numpy as np
+
 from envs.base import StepBuffers
 from envs.builtin.cartpole import CartPoleVec
 
@@ -117,3 +119,11 @@ class WritesNaN(CartPoleVec):
         super().step(buffers)
         if self.calls % self.nan_every == 0:
             buffers.rewards[self.env] = float("nan")
+
+
+class UnseededCartPole(CartPoleVec):
+    """CartPole whose resets ignore the seed they are given (a run that cannot be repeated)."""
+
+    def reset(self, buffers: StepBuffers, seed: int) -> None:
+        """Reset from fresh operating-system entropy instead of ``seed``."""
+        super().reset(buffers, int(np.random.SeedSequence().entropy % 2**31))
