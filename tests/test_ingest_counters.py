@@ -143,3 +143,20 @@ def test_decode_names_a_missing_field() -> None:
     payload = msgpack.packb({"env_steps": 3})
     with pytest.raises(ValueError, match="rank report: .*'rows_wait_s'"):
         IngestDelta.decode(payload)
+
+
+def test_every_type_that_carries_the_counts_has_a_field_for_each_entry_of_the_table() -> None:
+    """COUNTS and STEP_COUNTS are the one table of report counters: a counter added there and forgotten in one of
+    the types that carry it fails here instead of vanishing on the way from the host to rank 0's metrics."""
+    from dataclasses import fields
+
+    from actors.rows_report import RowsReport
+    from learner.serve.ingest_counters import COUNTS, COUNTS_BY_REASON, IngestSnapshot, IngestTotals
+    from protocol.rows import STEP_COUNTS
+
+    def names(cls: type) -> set[str]:
+        return {f.name for f in fields(cls)}
+
+    assert set(STEP_COUNTS) <= names(RowsReport) & names(HostReport)
+    assert set(COUNTS) | set(COUNTS_BY_REASON) <= names(IngestTotals) & names(IngestDelta)
+    assert set(STEP_COUNTS) | {"episodes", "rows_received"} <= names(IngestSnapshot)
