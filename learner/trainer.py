@@ -135,6 +135,7 @@ class Learner:
             raise
         control, ingest, publisher = serving.control, serving.ingest, serving.publisher
         console = write_run_record(self.run_dir)  # provenance: command, git commit, versions, console.log
+        console.hold_status_line(self.progress)  # logging clears the live line; progress lines go into console.log
         metrics = MetricsLog(self.run_dir / "metrics.jsonl", resumed_at_update=self.state.update)
         report = UpdateReport(metrics=metrics, progress=self.progress, prometheus=self.prometheus,
                               evaluator=self.evaluator, evaluations=ResultsTail(self.run_dir / EVALUATION_RESULTS),
@@ -219,6 +220,7 @@ class Learner:
                            filling=lambda: ingest.occupancy()["filling"],
                            say=self.progress.event, gauges=self.prometheus.observe_stall)
         while not self.stop.is_set():
+            self.progress.hosts(control.host_count())  # "waiting for actor hosts" once the last one has gone
             index = self._wait_for_batch(ingest)
             if self.lockstep is not None:
                 self.lockstep.check_followers(self.request_stop)

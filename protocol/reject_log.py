@@ -3,7 +3,12 @@
 A server that refuses a message calls ``RejectLog.reject(reason, detail)``. The first refusal of a reason is
 logged at once; later ones within ``interval_s`` of the last logged line are only counted, and the next line
 logged for that reason says how many were left out. ``peer_text`` turns anything a peer sent (a sender name, a
-string field) into a short printable ``repr`` for such lines.
+string field) into a short printable ``repr`` for such lines; ``peer_identity`` shows a ZeroMQ routing identity
+(bytes, ``b'\\x00k\\x8bEg'`` as a repr) as ``peer 006b8b4567``.
+
+``RejectLog.expected`` is for messages dropped in the normal course of things (a host's late ROWS or HEARTBEAT
+after it said BYE or was forgotten): the caller counts them under their reason as any refusal, and they are
+logged at INFO, not as a refusal, at most once per key per interval with how many were dropped.
 """
 
 from __future__ import annotations
@@ -25,6 +30,12 @@ REJECT_LOG_INTERVAL_S = 10.0
 def peer_text(value: object, limit: int = PEER_TEXT_CHARS) -> str:
     """``repr(value)`` cut to ``limit`` characters (ending in '...'), safe to log whatever a peer sent."""
     return clip(repr(value), limit)
+
+
+def peer_identity(identity: bytes, limit: int = 16) -> str:
+    """A ZeroMQ routing identity as ``peer <hex>`` (its first ``limit`` bytes, '...' after a longer one)."""
+    shown = identity[:limit].hex()
+    return f"peer {shown}{'...' if len(identity) > limit else ''}"
 
 
 def clip(text: str, limit: int) -> str:
@@ -59,19 +70,40 @@ class RejectLog:
         self._lock = threading.Lock()
         self._reasons: dict[str, _ReasonLog] = {}
 
-    def reject(self, reason: str, detail: str, *, sender: object = None) -> bool:
+    def reject(self, reason: str, detail: str, *, sender: object = None, peer: bytes | None = None) -> bool:
         """Note one refusal; log it unless a line for ``reason`` went out less than ``interval_s`` ago. ``sender``
-        (peer-supplied, shown with ``peer_text``) is left out when None. Returns whether a line was logged."""
-        now = self.clock()
-        with self._lock:
-            state = self._reasons.get(reason)
-            if state is not None and now - state.logged_at < self.interval_s:
-                state.suppressed += 1
-                return False
-            suppressed = 0 if state is None else state.suppressed
-            self._reasons[reason] = _ReasonLog(logged_at=now)
+        (peer-supplied, shown with ``peer_text``) is left out when None; ``peer``, a ZeroMQ routing identity, is
+        shown with ``peer_identity`` where there is no ``sender``. Returns whether a line was logged."""
+        suppressed = self._due(reason)
+        if suppressed is None:
+            return False
         origin = "" if sender is None else f" from {peer_text(sender)}"
+        if sender is None and peer is not None:
+            origin = f" from {peer_identity(peer)}"
         more = f" ({suppressed} more refused for this reason since its last line, not logged)" if suppressed else ""
         self.logger.warning("refused a %s%s (%s): %s%s", self.what, origin, clip(reason, PEER_TEXT_CHARS),
                             clip(detail, DETAIL_CHARS), more)
         return True
+
+    def expected(self, key: str, text: str) -> bool:
+        """Note one message dropped in the normal course of things (counted by the caller under its reason like
+        any refusal); log ``text`` at INFO with how many were dropped since the last line for ``key``, unless that
+        line went out less than ``interval_s`` ago. Returns whether a line was logged."""
+        suppressed = self._due("expected:" + key)
+        if suppressed is None:
+            return False
+        dropped = suppressed + 1
+        self.logger.info("%s (%d message%s dropped)", text, dropped, "" if dropped == 1 else "s")
+        return True
+
+    def _due(self, key: str) -> int | None:
+        """How many were left out for ``key`` since its last line when a line is due now (the line is noted as
+        logged), None when it is not (the one now is counted as left out)."""
+        now = self.clock()
+        with self._lock:
+            state = self._reasons.get(key)
+            if state is not None and now - state.logged_at < self.interval_s:
+                state.suppressed += 1
+                return None
+            self._reasons[key] = _ReasonLog(logged_at=now)
+            return 0 if state is None else state.suppressed

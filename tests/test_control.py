@@ -5,6 +5,7 @@ log that a flood cannot fill."""
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -352,3 +353,32 @@ def test_a_paused_learner_does_not_count_its_own_pause_as_its_hosts_silence() ->
         now[0] += 30.0  # one turn of the loop 30 s after the last: this process was frozen, not its hosts
         assert not wait_for(lambda: served.server.counts().actor_hosts_lost > 0, 1.0)
         assert served.server.counts().actor_hosts == 1
+
+
+def test_a_late_heartbeat_after_bye_or_silence_is_a_normal_event_and_a_stranger_a_refusal(caplog) -> None:
+    """Issue 32: a host's heartbeat after its BYE, or after it was forgotten, is answered not_registered and counted
+    as before, but logged at INFO as the normal event it is; an identity that never registered is still refused
+    with a WARNING, which names it as ``peer <hex>``, not its raw ZeroMQ bytes."""
+    caplog.set_level(logging.INFO, logger="sluice.learner.control")
+    with control_server(peer_timeout_s=0.5) as served:
+        left = served.host()
+        register(left, name="gpu-7")
+        send(left, MessageType.BYE)
+        for _ in range(3):
+            assert ask(left, MessageType.HEARTBEAT).fields["reason"] == "not_registered"
+        silent = served.host()
+        register(silent, name="gpu-8")
+        assert wait_for(lambda: served.server.counts().actor_hosts_lost == 1, 10)
+        assert ask(silent, MessageType.HEARTBEAT).fields["reason"] == "not_registered"
+        stranger = served.host()  # an automatic identity, as after a learner restart: b'\x00k\x8bEg' as a repr
+        assert ask(stranger, MessageType.HEARTBEAT).fields["reason"] == "not_registered"
+        assert served.server.counts().rejected_by_reason == {"not_registered": 5}
+    lines = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "sluice.learner.control"]
+    late = [text for level, text in lines if level == "INFO" and text.startswith("late ")]
+    assert late == ["late heartbeat from actor host 'gpu-7', which left: answered not_registered (1 message dropped)",
+                    "late heartbeat from actor host 'gpu-8', which was forgotten: answered not_registered "
+                    "(1 message dropped)"]
+    refused = [text for level, text in lines if level == "WARNING" and text.startswith("refused")]
+    assert len(refused) == 1 and "b'" not in refused[0]
+    assert re.fullmatch(r"refused a control message from peer 00[0-9a-f]{8} \(not_registered\): heartbeat before "
+                        r"register: an unregistered identity may only send register \(or pool requests\)", refused[0])

@@ -1,7 +1,11 @@
 """The learner's console progress: one short line a person can read, in one of three modes.
 
 - ``live`` (stdout is a terminal): one line rewritten in place (``\\r`` and erase-to-end-of-line), at most
-  ``LIVE_REDRAWS_PER_S`` redraws a second; an event clears it, prints its own line and redraws it.
+  ``LIVE_REDRAWS_PER_S`` redraws a second; an event clears it, prints its own line and redraws it. Whatever else
+  the process prints (logging on stderr, ``print``) goes through the console wrapper of
+  learner/run/run_record.py, which calls ``hide`` first and ``show`` again after a whole line. After
+  ``close`` the line is never drawn again (events still print, each on its own line). With no actor host
+  registered (``hosts(0)``) the line says ``waiting for actor hosts``.
 - ``plain`` (a log file or a pipe): newline-terminated lines, the first update's, then at most one per
   ``plain_interval_s``, and the last update's on ``close()``; with the update number and kl/clip/ev.
 - ``quiet``: no progress lines. Events still print, in every mode: they are rare and matter (a host joined or
@@ -9,10 +13,15 @@
 
 A line holds: percent of ``total_agent_steps`` and agent steps done/total, elapsed and ETA (h:mm:ss; the ETA
 from the smoothed rate, ``--:--`` before there is one), agent steps per second over the last ``window_s``
-seconds, the mean return (and win/draw/loss in self-play), actor hosts and policy lag. It is kept under
-``MAX_LINE_CHARS`` (and the terminal's width in live mode) by leaving out the least important parts.
+seconds, the mean return (and win/draw/loss in self-play), the opponent pool's size (self-play), actor hosts and
+policy lag. It is kept under ``MAX_LINE_CHARS`` (and the terminal's width in live mode) by leaving out the least
+important parts.
 When the record's cumulative drop counters rise, an event line says what was dropped since the last such
 line, at most once per ``DROP_SUMMARY_INTERVAL_S``. metrics.jsonl and TensorBoard keep every figure.
+
+``copy`` (set by the run's console.log, learner/run/run_record.py) receives the text a log file should keep:
+every event and plain line, and in live mode the live line's text without control codes, the first one, then at
+most one per ``plain_interval_s`` and the last one on ``close`` (not every redraw).
 """
 
 from __future__ import annotations
@@ -38,6 +47,9 @@ DROP_SUMMARY_INTERVAL_S = 10.0
 
 ERASE_TO_END = "\x1b[K"
 """ANSI erase-to-end-of-line."""
+
+WAITING_FOR_HOSTS = "waiting for actor hosts"
+"""What the live line shows while no actor host is registered."""
 
 DROP_COUNTERS = (("rows_dropped_stale", "stale rows (older than max_policy_lag)",
                   "stale row (older than max_policy_lag)"),
@@ -161,6 +173,18 @@ class ProgressLine:
         self.latest_shown = True
         self.last_shown_at: float | None = None
         self.live_line_on_screen = False
+        self.live_text: str | None = None
+        """The text of the live line last drawn."""
+        self.closed = False
+        """``close`` was called: the live line is never drawn again."""
+        self.hidden = False
+        """Other output is on the terminal's last line (``hide`` until ``show``): the live line waits."""
+        self.hosts_now: int | None = None
+        """Actor hosts registered now (``hosts``), None before anyone said."""
+        self.copy: Callable[[str], None] | None = None
+        """Where the lines a log file keeps go (console.log), None: nowhere."""
+        self.copied_text: str | None = None
+        self.last_copied_at: float | None = None
         self.drops_reported = {key: 0 for key, _, _ in DROP_COUNTERS}
         self.drops_seen = dict(self.drops_reported)
         self.last_drop_summary_at: float | None = None
@@ -178,6 +202,8 @@ class ProgressLine:
             self.rate.add(now, int(steps))
         self.latest, self.latest_shown = record, False
         self._note_drops(record, now, final=False)
+        if self.closed:
+            return
         if self.mode is ProgressMode.LIVE:
             if self.last_shown_at is None or now - self.last_shown_at >= 1.0 / LIVE_REDRAWS_PER_S:
                 self._draw_live(now)
@@ -186,15 +212,40 @@ class ProgressLine:
                 self._print_plain(now)
 
     def event(self, text: str) -> None:
-        """``text`` on a line of its own (in every mode, quiet included); a live line is redrawn below it."""
+        """``text`` on a line of its own (in every mode, quiet included); a live line is redrawn below it (not
+        after ``close``)."""
         with self.lock:
             if self.live_line_on_screen:
                 self.stream.write("\r" + ERASE_TO_END)
             self.stream.write(text + "\n")
+            self._copy(text)
             self.live_line_on_screen = False
-            if self.mode is ProgressMode.LIVE and self.latest is not None:
-                self._draw_live(self.clock())
+            self._redraw()
             self.stream.flush()
+
+    def hosts(self, count: int) -> None:
+        """The actor hosts registered now (the control server's count, asked while the learner waits for rows):
+        the live line shows it, and ``waiting for actor hosts`` while it is 0."""
+        with self.lock:
+            if count != self.hosts_now:
+                self.hosts_now = count
+                self._redraw()
+
+    def hide(self) -> None:
+        """Other output is about to be written to the terminal: clear the live line until ``show``."""
+        with self.lock:
+            self.hidden = True
+            if self.live_line_on_screen:
+                self.stream.write("\r" + ERASE_TO_END)
+                self.stream.flush()
+                self.live_line_on_screen = False
+
+    def show(self) -> None:
+        """The other output ended a line: draw the live line again (not after ``close``)."""
+        with self.lock:
+            self.hidden = False
+            if not self.live_line_on_screen:
+                self._redraw()
 
     def close(self) -> None:
         """Show the last update (if not shown yet) and what was dropped since the last summary; end the live
@@ -203,17 +254,24 @@ class ProgressLine:
             self._close()
 
     def _close(self) -> None:
+        if self.closed:
+            return
         now = self.clock()
         if self.latest is not None:
             self._note_drops(self.latest, now, final=True)
         if self.mode is ProgressMode.LIVE:
             if self.latest is not None and not self.latest_shown:
                 self._draw_live(now)
-            if self.live_line_on_screen:
-                self.stream.write("\n")
+            if self.live_line_on_screen:  # the last update's line stays; "waiting for actor hosts" goes
+                self.stream.write("\n" if self.latest is not None else "\r" + ERASE_TO_END)
                 self.live_line_on_screen = False
+            if self.latest is not None:
+                final = self.live_text if self.latest_shown else self.format_line(self.latest, now)
+                if final is not None and final != self.copied_text:
+                    self._copy(final)
         elif self.mode is ProgressMode.PLAIN and self.latest is not None and not self.latest_shown:
             self._print_plain(now)
+        self.closed = True
         self.stream.flush()
 
     def format_line(self, record: dict[str, Any], now: float) -> str:
@@ -234,8 +292,13 @@ class ProgressLine:
         update = _finite(record, "update")
         if plain and update is not None:
             parts.insert(0, (4, f"upd {format_count(update)}"))
-        hosts = _finite(record, "actor_hosts")
-        if hosts is not None:
+        pool = _finite(record, "pool_snapshots")
+        if pool is not None:
+            parts.append((8, f"pool {format_count(pool)}"))
+        hosts = _finite(record, "actor_hosts") if plain or self.hosts_now is None else self.hosts_now
+        if hosts == 0 and not plain:
+            parts.insert(1, (1, WAITING_FOR_HOSTS))
+        elif hosts is not None:
             parts.append((7, f"hosts {format_count(hosts)}"))
         lag = _finite(record, "policy_lag_mean")
         if lag is not None:
@@ -279,17 +342,46 @@ class ProgressLine:
                 shown.append(f"{label} {format_number(value, decimals=decimals, leading_zero=False)}")
         return " ".join(shown)
 
+    def _live_text(self, now: float) -> str | None:
+        """What the live line shows now: the latest update's line, ``waiting for actor hosts`` before the first
+        update while none is registered, None before anything."""
+        if self.latest is not None:
+            return self.format_line(self.latest, now)
+        return WAITING_FOR_HOSTS if self.hosts_now == 0 else None
+
+    def _redraw(self) -> None:
+        """Draw the live line again where one is due (live mode, not hidden, not closed)."""
+        if self.mode is ProgressMode.LIVE and not self.hidden and not self.closed:
+            self._draw_live(self.clock())
+
     def _draw_live(self, now: float) -> None:
-        assert self.latest is not None
-        self.stream.write("\r" + self.format_line(self.latest, now) + ERASE_TO_END)
+        if self.hidden or self.closed:
+            return
+        text = self._live_text(now)
+        if text is None:
+            return
+        self.stream.write("\r" + text + ERASE_TO_END)
         self.stream.flush()
-        self.live_line_on_screen, self.latest_shown, self.last_shown_at = True, True, now
+        self.live_line_on_screen, self.live_text = True, text
+        if self.latest is not None:
+            self.latest_shown, self.last_shown_at = True, now
+            if self.last_copied_at is None or now - self.last_copied_at >= self.plain_interval_s:
+                self._copy(text)
+                self.last_copied_at = now
 
     def _print_plain(self, now: float) -> None:
         assert self.latest is not None
-        self.stream.write(self.format_line(self.latest, now) + "\n")
+        text = self.format_line(self.latest, now)
+        self.stream.write(text + "\n")
         self.stream.flush()
+        self._copy(text)
         self.latest_shown, self.last_shown_at = True, now
+
+    def _copy(self, text: str) -> None:
+        """``text`` as one line of the log file's copy (console.log), where there is one."""
+        if self.copy is not None:
+            self.copy(text + "\n")
+            self.copied_text = text
 
     def _note_drops(self, record: dict[str, Any], now: float, *, final: bool) -> None:
         """Print what was dropped since the last summary when the counters rose, at most once per

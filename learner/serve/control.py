@@ -8,6 +8,11 @@ BYE, silence for peer_timeout_s and registering again take the token away. Only 
 ask for anything but REGISTER (pool requests aside); the requests answered with the weights (REGISTER,
 GET_WEIGHTS) are rate-limited per identity, and at most ``max_hosts`` hosts are registered at once.
 
+A host's HEARTBEAT after it said BYE or was forgotten for its silence (a message already on its way, or a host
+that stalled) is answered ``not_registered`` and counted under that reason like any refusal, but logged as the
+normal event it is (INFO, rate-limited); a message from an identity that never registered stays a refusal
+(a WARNING naming it as ``peer <hex>``, not its raw bytes).
+
 Who is registered, and the rules over that (repeats, tokens, silence, the learner's own pauses, counts), live in
 a socket-free ``HostTable`` (learner/serve/host_table.py); this module decodes, rate-limits, answers and logs.
 """
@@ -18,7 +23,7 @@ import logging
 import re
 import threading
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -34,7 +39,7 @@ from learner.serve.request_rate import PeerRateLimiter, RateLimit, TokenBucket
 from learner.serve.senders import Sender, SenderRegistry
 from protocol import Limits, Message, MessageType, ProtocolError, decode, encode
 from protocol.curve import ServerCurve, ZapGuard
-from protocol.reject_log import DETAIL_CHARS, RejectLog
+from protocol.reject_log import DETAIL_CHARS, RejectLog, peer_text
 from telemetry.exporter import WILDCARD_HOSTS, is_loopback, url_host
 
 LOG = logging.getLogger("sluice.learner.control")
@@ -51,6 +56,8 @@ EXPIRE_EVERY_S = 0.25
 """How often the registered hosts are checked for silence."""
 TARGET_HOST = re.compile(r"[A-Za-z0-9._:-]{1,253}|\*|")
 """A metrics address's host part: a host name, an IPv4 or IPv6 literal, or a wildcard (empty, ``*``)."""
+DEPARTED_REMEMBERED = 1024
+"""Identities of hosts that left or were forgotten, remembered so their late messages read as a normal event."""
 HOST_LINES = RateLimit(per_second=0.1, burst=10)
 """Log lines about hosts (left with a failure, forgotten, env errors): 10 at once, then one per 10 s."""
 
@@ -146,6 +153,8 @@ class ControlServer(threading.Thread):
         self.rejected: Counter = Counter()
         self.last_expiry = 0.0
         self.env_errors_seen: set[tuple[str, str, str]] = set()
+        self.departed: OrderedDict[bytes, str] = OrderedDict()
+        """Identities whose host said BYE or was forgotten, and how (DEPARTED_REMEMBERED newest; this thread's)."""
         self._weights: tuple[int, dict[str, np.ndarray]] = (0, {})
         self._shutdown_reason: str | None = None
         self.socket = context.socket(zmq.ROUTER)
@@ -215,7 +224,12 @@ class ControlServer(threading.Thread):
         except ProtocolError as err:
             with self.lock:
                 self.rejected[err.reason] += 1
-            self.reject_log.reject(err.reason, str(err), sender=identity)
+            gone = self.departed.get(identity) if err.reason == "not_registered" else None
+            if gone is not None and message is not None:
+                self.reject_log.expected(f"{message.type.value} {gone}",
+                                         f"late {message.type.value} from {gone}: answered not_registered")
+            else:
+                self.reject_log.reject(err.reason, str(err), peer=identity)
             fields = {"reason": err.reason, "message": str(err)}
             if message is not None:
                 fields["refused"] = message.type.value
@@ -301,6 +315,7 @@ class ControlServer(threading.Thread):
             raise ProtocolError("too_many_hosts", f"register: {registration.registered} actor hosts are registered, "
                                                   f"the most this learner takes (max_hosts {self.max_hosts})")
         host = registration.host
+        self.departed.pop(identity, None)
         if registration.replaced is not None:
             self.registry.remove(registration.replaced.token)
         if self.routing is not None:
@@ -328,6 +343,7 @@ class ControlServer(threading.Thread):
         if host is None:
             return
         self.registry.remove(host.token)
+        self._remember_departed(identity, f"actor host {peer_text(host.name)}, which left")
         if self.routing is not None:
             self.routing.remove(identity)
         if reason is None:
@@ -351,6 +367,7 @@ class ControlServer(threading.Thread):
     def _expire(self, now: float) -> None:
         """Forget the hosts silent for peer_timeout_s (counted as lost); their rows are refused from now on."""
         for host in self._forget(self.hosts.expire(now)):
+            self._remember_departed(host.identity, f"actor host {peer_text(host.name)}, which was forgotten")
             self._host_line(f"actor host {host.name} silent for {self.peer_timeout_s:.0f} s: forgotten")
 
     def _drop_revoked(self) -> None:
@@ -359,6 +376,13 @@ class ControlServer(threading.Thread):
         revoked = set() if self.zap is None else self.zap.take_revoked()
         for host in self._forget(self.hosts.drop_keys(revoked)):
             self._host_line(f"actor host {host.name}: its CURVE key was removed from the allowed clients: dropped")
+
+    def _remember_departed(self, identity: bytes, how: str) -> None:
+        """The host at ``identity`` left or was forgotten (``how``, for the lines about its late messages)."""
+        self.departed[identity] = how
+        self.departed.move_to_end(identity)
+        while len(self.departed) > DEPARTED_REMEMBERED:
+            self.departed.popitem(last=False)
 
     def _forget(self, gone: tuple[RegisteredHost, ...]) -> tuple[RegisteredHost, ...]:
         """Take the routes and the tokens of the hosts the table just forgot; returns them."""

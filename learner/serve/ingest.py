@@ -9,13 +9,17 @@ Every message is checked before anything in it is counted or kept: it must come 
 token in the ``SenderRegistry``, under the CURVE key that host registered with), carry at most
 rows_per_message rows, match the row table's specs, and hold only values a real host produces
 (``learner/serve/row_checks.py``). A refused message is counted under exactly one reason and logged at most once per
-reason per 10 s (``protocol/reject_log.py``).
+reason per 10 s (``protocol/reject_log.py``). Rows carrying the token of a registration that is gone (the host
+said BYE, was forgotten or registered anew: rows already on their way) are counted as not_registered like any
+refused message but logged as the normal event they are, at INFO ("late rows from actor host 'x', which left
+(N messages dropped)"); a token never registered stays a refusal.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections import OrderedDict
 from typing import Protocol
 
 import numpy as np
@@ -35,6 +39,8 @@ from protocol.reject_log import RejectLog, peer_text
 
 LOG = logging.getLogger("sluice.learner")
 POLL_MS = 100
+TOKENS_REMEMBERED = 4096
+"""Tokens rows were accepted with, remembered (the newest) to tell late rows of a host that left from a refusal."""
 
 
 class IngestObserver(Protocol):
@@ -67,6 +73,8 @@ class Ingest(threading.Thread):
                               rows_per_message=rows_per_message, max_abs_value=max_abs_value,
                               agents_per_row=env.num_agents if team_rows else 1, team_rows=team_rows)
         self.rejects = RejectLog(LOG, what="ROWS message")
+        self.tokens_seen: OrderedDict[str, Sender] = OrderedDict()
+        """The registrations rows were accepted from (TOKENS_REMEMBERED newest; the ingest thread's)."""
         self.segments = segments
         self.max_policy_lag = max_policy_lag
         self.limits = limits
@@ -164,13 +172,18 @@ class Ingest(threading.Thread):
         if self.observer is not None:
             self.observer.message_received(nbytes)
         sender: object = None
+        message: Message | None = None
         try:
             message = decode(frames, self.limits)
             sender = message.sender
             report = self._check(message, frames)
         except ProtocolError as err:
             self.counters.refused(err.reason, nbytes)
-            self.rejects.reject(err.reason, err.message, sender=sender)
+            gone = self._gone(err, message, frames)
+            if gone is not None:
+                self.rejects.expected(gone.token, f"late rows from actor host {peer_text(gone.name)}, which left")
+            else:
+                self.rejects.reject(err.reason, err.message, sender=sender)
             return None
         lag = self._policy_version - message.arrays["versions"]
         future = lag < 0  # acted by weights this learner never had (a host still on a crashed run's policy)
@@ -203,9 +216,24 @@ class Ingest(threading.Thread):
         check_rows(message.arrays, self.rules)
         return read_report(message, sender=sender, rules=self.rules, stat_names=self.stat_names)
 
+    def _gone(self, err: ProtocolError, message: Message | None, frames: list) -> Sender | None:
+        """The registration, now gone, whose token a not_registered message carries (under the CURVE key it
+        registered with); None for any other refusal."""
+        if err.reason != "not_registered" or message is None:
+            return None
+        token = message.fields.get("token")
+        gone = self.tokens_seen.get(token) if isinstance(token, str) else None
+        if gone is None or gone.curve_key is not None and curve_key_of(frames[0]) != gone.curve_key:
+            return None
+        return gone
+
     def _sender(self, message: Message, frames: list) -> Sender:
         """The registered host whose token the message carries, arriving under the CURVE key it registered with."""
         sender = self.registry.get(message.fields.get("token"))
+        if sender is not None and sender.token not in self.tokens_seen:
+            self.tokens_seen[sender.token] = sender
+            while len(self.tokens_seen) > TOKENS_REMEMBERED:
+                self.tokens_seen.popitem(last=False)
         if sender is None:
             raise ProtocolError("not_registered", "the message carries no token of a registered actor host (a "
                                                   "host gets one when it registers, and loses it with BYE or silence)")
