@@ -19,11 +19,17 @@ an env past its share keeps stepping with cheap filler moves until the others fi
 
 Players draw from their own generators; ``play_match`` reseeds every player that has a ``reseed(seed)``
 method (all four here do) from its ``seed``, so a match is reproducible on its own, whatever ran before.
+
+Besides the totals, a ``MatchOutcome`` keeps each counted game's result from ``a``'s side (``returns_a``), ``a``'s
+move count (``lengths_a``) and ``a``'s seat (``seats_a``), in the order the games ended; ``python -m
+evaluation.evaluate --opponent`` reports them per seat. An ``observer`` sees the env and its buffers after the
+reset and after every step while env 0 still has games to count (``--video`` draws its frames from it).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -39,6 +45,9 @@ from configs.schema import ModelSection
 MAX_ENVS = 256
 """Envs stepped at once by ``play_match`` (fewer when fewer games are asked for)."""
 
+MatchObserver = Callable[[VecEnv, StepBuffers], None]
+"""Called after the reset and after every step while env 0 still has games to count (to draw frames)."""
+
 
 @runtime_checkable
 class Player(Protocol):
@@ -52,7 +61,7 @@ class Player(Protocol):
         ...
 
 
-__all__ = ["MatchOutcome", "NegamaxPlayer", "OnePlyPlayer", "Player", "PolicyPlayer", "RandomPlayer",
+__all__ = ["MatchObserver", "MatchOutcome", "NegamaxPlayer", "OnePlyPlayer", "Player", "PolicyPlayer", "RandomPlayer",
            "baseline_player", "play_match"]
 
 
@@ -109,6 +118,13 @@ class MatchOutcome:
     """Games b won."""
     a_first: int = 0
     """Games in which a had seat 0 (moved first in Connect Four)."""
+    returns_a: np.ndarray = field(default_factory=lambda: np.zeros(0), compare=False, repr=False)
+    """float64 [games]: each counted game's ``episode_return`` on a's slot (> 0 a won), in the order games ended
+    (empty when the outcome was built by hand)."""
+    lengths_a: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64), compare=False, repr=False)
+    """int64 [games]: each counted game's ``episode_length`` on a's slot (a's own moves in Connect Four)."""
+    seats_a: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64), compare=False, repr=False)
+    """int64 [games]: a's seat in each counted game (0 = moved first)."""
 
     @property
     def games(self) -> int:
@@ -122,10 +138,11 @@ class MatchOutcome:
 
 
 def play_match(a: Player, b: Player, *, episodes: int, env_config: EnvConfig, seed: int = 0,
-               num_envs: int | None = None) -> MatchOutcome:
+               num_envs: int | None = None, observer: MatchObserver | None = None) -> MatchOutcome:
     """Play ``episodes`` games of ``a`` against ``b`` on the env ``env_config`` describes, seats alternating
     (``a`` in seat 0 in ``ceil(episodes / 2)`` games), ``min(episodes, 256)`` envs at once unless
-    ``num_envs`` says otherwise; see the module docstring for the env contract and how games are counted."""
+    ``num_envs`` says otherwise; see the module docstring for the env contract, how games are counted and
+    what ``observer`` sees."""
     if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
         raise ValueError(f"episodes must be an integer >= 1, got {episodes!r}")
     n = min(episodes, MAX_ENVS) if num_envs is None else int(num_envs)
@@ -138,12 +155,13 @@ def play_match(a: Player, b: Player, *, episodes: int, env_config: EnvConfig, se
             reseed(int(player_seed))
     env = make_vec_env(env_config, n)
     try:
-        return _play(env, a, b, episodes=episodes, seed=int(seeds[2]))
+        return _play(env, a, b, episodes=episodes, seed=int(seeds[2]), observer=observer)
     finally:
         env.close()
 
 
-def _play(env: VecEnv, a: Player, b: Player, *, episodes: int, seed: int) -> MatchOutcome:
+def _play(env: VecEnv, a: Player, b: Player, *, episodes: int, seed: int,
+          observer: MatchObserver | None = None) -> MatchOutcome:
     spec, n = env.spec, env.num_envs
     if spec.num_agents != 2:
         raise ValueError(f"play_match needs a two-player env (num_agents 2), this one has {spec.num_agents}")
@@ -153,7 +171,12 @@ def _play(env: VecEnv, a: Player, b: Player, *, episodes: int, seed: int) -> Mat
     quota = (episodes - envs + n - 1) // n  # env e plays games g = k * n + e < episodes
     played = np.zeros(n, dtype=np.int64)
     wins_a = draws = wins_b = a_first = 0
+    returns: list[np.ndarray] = []
+    lengths: list[np.ndarray] = []
+    seats: list[np.ndarray] = []
     while (played < quota).any():
+        if observer is not None and played[0] < quota[0]:
+            observer(env, buffers)
         # Seat of a in each env's current game: seat 0 iff the game's number g = played * n + e is even.
         a_seat = ((played * n + envs) % 2).astype(np.int64)
         a_slot = 2 * envs + a_seat
@@ -176,8 +199,14 @@ def _play(env: VecEnv, a: Player, b: Player, *, episodes: int, seed: int) -> Mat
             wins_b += int((result < 0).sum())
             draws += int((result == 0).sum())
             a_first += int((a_seat[done] == 0).sum())
+            returns.append(result.astype(np.float64))
+            lengths.append(buffers.episode_length[a_slot][done].astype(np.int64))
+            seats.append(a_seat[done])
             played[done] += 1
-    return MatchOutcome(wins_a=wins_a, draws=draws, wins_b=wins_b, a_first=a_first)
+    return MatchOutcome(wins_a=wins_a, draws=draws, wins_b=wins_b, a_first=a_first,
+                        returns_a=np.concatenate(returns) if returns else np.zeros(0),
+                        lengths_a=np.concatenate(lengths) if lengths else np.zeros(0, dtype=np.int64),
+                        seats_a=np.concatenate(seats) if seats else np.zeros(0, dtype=np.int64))
 
 
 def _filler(masks: np.ndarray, actions: np.ndarray) -> np.ndarray:

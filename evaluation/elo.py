@@ -24,7 +24,14 @@ depend on which other pairings ran.
 Writes into ``--output-dir`` (default ``<run-dir>/elo``): ``elo.json`` (ratings, per-snapshot pool index,
 update and policy version, every pairing's results, the results matrices, settings), ``elo.csv`` (one row per
 player, best first), ``elo_over_snapshots.png`` (Elo against snapshot update; baselines as dashed lines) and,
-with ``--output-heatmap``, ``win_rate_heatmap.png``. Prints a table to stdout and progress to stderr. Errors:
+with ``--output-heatmap``, ``win_rate_heatmap.png``. Prints a table to stdout and progress to stderr.
+
+Uncertainty: ``--bootstrap N`` (default ``DEFAULT_BOOTSTRAP``; 0 skips it) refits the ratings on ``N`` resampled
+tournaments (``evaluation.ratings.bootstrap_ratings``: each pairing's games redrawn from its observed win, draw and
+loss rates, a parametric bootstrap). The table's ``±2sd`` column, the CSV's ``elo_2sd`` column, the plot's error bars
+and elo.json's ``uncertainty`` (``sd``, ``pm`` = 2 sd, and the 2.5 and 97.5 percentiles per player; each snapshot's
+``elo_pm``) show it: plus or minus 2 standard deviations of a player's resampled ratings (about a 95% interval).
+The anchor ``random`` is exactly 1000 in every resample, so its spread is 0 and the others' is relative to it. Errors:
 ``python -m evaluation.elo: error: <message>`` on stderr, exit status 2. Connect Four only for now.
 """
 
@@ -50,7 +57,8 @@ from evaluation.arena import MatchOutcome, Player, PolicyPlayer, baseline_player
 from learner.monitor.evaluation_results import EVALUATION_RESULTS
 from learner.run.run_dir import RunDirError, read_run_config
 from learner.pool.store import INDEX_NAME, Snapshot, SnapshotStore, SnapshotStoreError
-from evaluation.ratings import MatchResults, fit_ratings, plot_elo_over_snapshots, plot_win_rate_heatmap, write_tables
+from evaluation.ratings import (MatchResults, bootstrap_ratings, fit_ratings, plot_elo_over_snapshots,
+                                plot_win_rate_heatmap, write_tables)
 
 PROG = "python -m evaluation.elo"
 TWO_PLAYER_ENVS = BASELINE_ENVS
@@ -59,10 +67,32 @@ DEFAULT_BASELINES = ("random", "one_ply", "negamax-2", "negamax-4")
 """Baselines rated when ``--baselines`` is not given, weakest first."""
 ANCHOR, ANCHOR_RATING = "random", 1000.0
 MODES = ("sequential", "round-robin")
+DEFAULT_BOOTSTRAP = 200
+"""Resampled tournaments behind the ± of each rating when ``--bootstrap`` is not given."""
+SPREAD_SDS = 2.0
+"""The ± shown is this many standard deviations of the bootstrap ratings."""
 
 
 class EloError(Exception):
     """A usage or input problem: reported as ``python -m evaluation.elo: error: <message>``, exit status 2."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Spread:
+    """The bootstrap spread of every player's rating."""
+
+    samples: int
+    """Resampled tournaments."""
+    sd: dict[str, float]
+    """Standard deviation of each player's resampled ratings (0 for the anchor)."""
+    low: dict[str, float]
+    """2.5th percentile of each player's resampled ratings."""
+    high: dict[str, float]
+    """97.5th percentile of each player's resampled ratings."""
+
+    def pm(self, name: str) -> float:
+        """The ± shown for ``name``: ``SPREAD_SDS`` standard deviations."""
+        return SPREAD_SDS * self.sd[name]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -95,7 +125,11 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                              "<run-dir>/evaluation.jsonl), each from the time it became the best, not the thinned pool")
     parser.add_argument("--greedy", action="store_true",
                         help="snapshots take their most probable legal action instead of sampling as in training")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the pairings' games (default 0)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the pairings' games and of the bootstrap "
+                        "(default 0)")
+    parser.add_argument("--bootstrap", type=int, default=DEFAULT_BOOTSTRAP, metavar="N",
+                        help=f"resampled tournaments behind each rating's ± (2 standard deviations; default "
+                             f"{DEFAULT_BOOTSTRAP}, 0 skips it)")
     parser.add_argument("--baselines", default=",".join(DEFAULT_BASELINES),
                         help=f"comma-separated baselines to rate, random required (the anchor); names: "
                              f"{BASELINE_FORMS} (default {','.join(DEFAULT_BASELINES)})")
@@ -147,10 +181,14 @@ def run(args: argparse.Namespace) -> dict:
               f"({time.perf_counter() - start:.1f} s)", file=sys.stderr)
     results = MatchResults(players=tuple(order), wins=wins, draws=draws)
     ratings = fit_ratings(order, wins, draws, anchor=ANCHOR, anchor_rating=ANCHOR_RATING)
+    spread = bootstrap_spread(order, wins, draws, samples=args.bootstrap, seed=args.seed)
     out_dir = args.output_dir if args.output_dir is not None else args.run_dir / "elo"
     doc = _write_outputs(out_dir, args, ratings, results, snapshots, names, played, baselines,
-                         pool_size=len(store))
-    print(format_table(ratings, results, snapshots, names))
+                         pool_size=len(store), spread=spread)
+    print(format_table(ratings, results, snapshots, names, spread=spread))
+    if spread is not None:
+        print(f"±2sd: 2 standard deviations of each rating over {spread.samples} bootstrap resamples of the games "
+              f"(about a 95% interval; {ANCHOR} is the anchor, ±0)")
     print(f"ratings anchored at {ANCHOR} = {ANCHOR_RATING:.0f}; wrote {', '.join(doc['files'])} to {out_dir}")
     best = read_best(args.run_dir)
     if best is not None:
@@ -166,6 +204,23 @@ def _check_args(args: argparse.Namespace) -> None:
         raise EloError(f"--episodes must be >= 1, got {args.episodes}")
     if args.max_snapshots < 1:
         raise EloError(f"--max-snapshots must be >= 1, got {args.max_snapshots}")
+    if args.bootstrap < 0:
+        raise EloError(f"--bootstrap must be >= 0 (0 skips the bootstrap), got {args.bootstrap}")
+
+
+def bootstrap_spread(players: list[str], wins: np.ndarray, draws: np.ndarray, *, samples: int,
+                     seed: int) -> Spread | None:
+    """Each player's rating spread over ``samples`` parametric bootstrap resamples (None when ``samples`` is 0)."""
+    if samples == 0:
+        return None
+    start = time.perf_counter()
+    resampled = bootstrap_ratings(players, wins, draws, anchor=ANCHOR, samples=samples, seed=seed)
+    sd = resampled.std(axis=0)
+    low, high = np.percentile(resampled, [2.5, 97.5], axis=0)
+    print(f"bootstrap: {samples} resampled tournaments ({time.perf_counter() - start:.1f} s)", file=sys.stderr)
+    return Spread(samples=samples, sd={name: float(v) for name, v in zip(players, sd)},
+                  low={name: float(v) for name, v in zip(players, low)},
+                  high={name: float(v) for name, v in zip(players, high)})
 
 
 def parse_baselines(text: str) -> tuple[str, ...]:
@@ -282,23 +337,29 @@ def _make_players(config: RunConfig, store: SnapshotStore, snapshots: list[Snaps
 
 def _write_outputs(out_dir: Path, args: argparse.Namespace, ratings: dict[str, float], results: MatchResults,
                    snapshots: list[Snapshot], names: list[str], played: list[Pairing], baselines: Sequence[str], *,
-                   pool_size: int) -> dict:
-    json_path, csv_path = write_tables(ratings, results, out_dir)
+                   pool_size: int, spread: Spread | None = None) -> dict:
+    pm = None if spread is None else {name: spread.pm(name) for name in results.players}
+    json_path, csv_path = write_tables(ratings, results, out_dir, spread=pm)
     doc = json.loads(json_path.read_text())
     doc["anchor"] = {"player": ANCHOR, "rating": ANCHOR_RATING}
     doc["baselines"] = list(baselines)
     doc["snapshots"] = [{"name": name, "index": s.index, "update": s.update, "policy_version": s.policy_version,
-                         "hash": s.hash, "elo": ratings[name]} for s, name in zip(snapshots, names)]
+                         "hash": s.hash, "elo": ratings[name], **({} if pm is None else {"elo_pm": pm[name]})}
+                        for s, name in zip(snapshots, names)]
+    doc["uncertainty"] = None if spread is None else {
+        "method": "parametric bootstrap (evaluation.ratings.bootstrap_ratings)", "samples": spread.samples,
+        "seed": args.seed, "shown": f"±{SPREAD_SDS:g} standard deviations", "sd": spread.sd, "pm": pm,
+        "p2.5": spread.low, "p97.5": spread.high}
     doc["pool_size"] = pool_size
     doc["pairings"] = [{"a": p.a, "b": p.b, "wins_a": p.outcome.wins_a, "draws": p.outcome.draws,
                         "wins_b": p.outcome.wins_b, "a_first": p.outcome.a_first} for p in played]
     doc["settings"] = {"run_dir": str(args.run_dir), "tournament_mode": args.tournament_mode,
                        "window_size": args.window_size, "episodes": args.episodes,
                        "max_snapshots": args.max_snapshots, "kept_best": args.kept_best, "greedy": args.greedy, "seed": args.seed,
-                       "baselines": ",".join(baselines)}
+                       "baselines": ",".join(baselines), "bootstrap": args.bootstrap}
     files = [json_path.name, csv_path.name]
     plot = plot_elo_over_snapshots(ratings, names, out_dir / "elo_over_snapshots.png",
-                                   baselines={name: ratings[name] for name in baselines})
+                                   baselines={name: ratings[name] for name in baselines}, errors=pm)
     files.append(plot.name)
     if args.output_heatmap:
         files.append(plot_win_rate_heatmap(list(results.players), results.win_rate(),
@@ -309,19 +370,21 @@ def _write_outputs(out_dir: Path, args: argparse.Namespace, ratings: dict[str, f
 
 
 def format_table(ratings: dict[str, float], results: MatchResults, snapshots: list[Snapshot],
-                 names: list[str]) -> str:
-    """A plain-text table, best player first: rank, player, update, elo, games, score."""
+                 names: list[str], *, spread: Spread | None = None) -> str:
+    """A plain-text table, best player first: rank, player, update, elo, (with ``spread``) ±2sd, games, score."""
     updates = {name: str(s.update) for s, name in zip(snapshots, names)}
     players = list(results.players)
     games = results.games().sum(axis=1)
     draws = results.draws if results.draws is not None else np.zeros_like(results.wins)
     points = results.wins.sum(axis=1) + 0.5 * draws.sum(axis=1)
     width = max(len(p) for p in players)
-    lines = [f"{'rank':>4}  {'player':<{width}}  {'update':>7}  {'elo':>7}  {'games':>6}  {'score':>5}"]
+    pm_header = "" if spread is None else f"  {'±2sd':>7}"
+    lines = [f"{'rank':>4}  {'player':<{width}}  {'update':>7}  {'elo':>7}{pm_header}  {'games':>6}  {'score':>5}"]
     for rank, name in enumerate(sorted(players, key=lambda p: (-ratings[p], p)), start=1):
         i = players.index(name)
         score = f"{points[i] / games[i]:.3f}" if games[i] else "-"
-        lines.append(f"{rank:>4}  {name:<{width}}  {updates.get(name, '-'):>7}  {ratings[name]:>7.1f}  "
+        pm = "" if spread is None else f"  {'±' + format(spread.pm(name), '.1f'):>7}"
+        lines.append(f"{rank:>4}  {name:<{width}}  {updates.get(name, '-'):>7}  {ratings[name]:>7.1f}{pm}  "
                      f"{int(games[i]):>6}  {score:>5}")
     return "\n".join(lines)
 

@@ -2,6 +2,11 @@
 
 Runs whose config.yaml is the same apart from run.seed and run.name are one group, drawn as the mean over its
 seeds with a band (min-max, or one standard deviation) on a common x grid; a run alone is drawn as its own line.
+
+After writing, one line on stdout names the PNG's absolute path. A run with no update recorded yet (an empty
+metrics.jsonl, or a config.yaml without one) prints ``python -m evaluation.plot: no updates recorded yet in <path>``
+on stderr, writes nothing and exits with status 1; usage and input errors print ``python -m evaluation.plot:
+error: <message>`` and exit with status 2.
 """
 
 from __future__ import annotations
@@ -28,8 +33,16 @@ IGNORED_CONFIG_KEYS = ("seed", "name")
 """Keys of the config's run section that do not make two runs different experiments."""
 
 
+NO_UPDATES_EXIT = 1
+"""Exit status when a run has no update recorded yet (nothing to plot, but nothing wrong either)."""
+
+
 class PlotError(ValueError):
     """The runs or the metric cannot be plotted as asked."""
+
+
+class NoUpdatesError(PlotError):
+    """A run directory has not recorded an update yet (its learner has just started, or never got that far)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,8 +81,13 @@ def read_records(directory: Path) -> list[dict]:
     """The whole records of a run's metrics.jsonl."""
     path = directory / "metrics.jsonl"
     if not path.is_file():
+        if (directory / "config.yaml").is_file():
+            raise NoUpdatesError(f"no updates recorded yet in {directory} (it has a config.yaml but no metrics.jsonl)")
         raise PlotError(f"{directory} has no metrics.jsonl (is it a run directory?)")
-    return json_records(path.read_text().splitlines())
+    records = json_records(path.read_text().splitlines())
+    if not records:
+        raise NoUpdatesError(f"no updates recorded yet in {path}")
+    return records
 
 
 def config_key(directory: Path) -> str:
@@ -165,12 +183,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         runs = [load_run(directory, metric=args.metric, x_axis=args.x_axis) for directory in args.runs]
+    except NoUpdatesError as err:
+        print(f"{PROG}: {err}", file=sys.stderr)
+        return NO_UPDATES_EXIT
     except PlotError as err:
         print(f"{PROG}: error: {err}", file=sys.stderr)
         return 2
     curves = [group_curve(group, band=args.band) for group in group_runs(runs)]
     draw(curves, metric=args.metric, x_axis=args.x_axis, out=args.out)
-    print(f"{PROG}: wrote {args.out} ({len(runs)} runs, {len(curves)} curves)")
+    print(f"{PROG}: wrote {args.out.resolve()} ({len(runs)} runs, {len(curves)} curves)")
     return 0
 
 

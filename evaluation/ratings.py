@@ -208,8 +208,9 @@ def _check_table(players: list[str], wins: Any, draws: Any) -> tuple[np.ndarray,
 
 
 def plot_elo_over_snapshots(ratings: dict[str, float], snapshot_names: list[str], path: Path,
-                            baselines: dict[str, float] | None = None) -> Path:
-    """Line plot of the snapshots' ratings in order, with ``baselines`` (name -> rating) as dashed lines."""
+                            baselines: dict[str, float] | None = None, errors: dict[str, float] | None = None) -> Path:
+    """Line plot of the snapshots' ratings in order, with ``baselines`` (name -> rating) as dashed lines and, given
+    ``errors`` (name -> ±), each snapshot's ± as an error bar."""
     missing = [name for name in snapshot_names if name not in ratings]
     if missing:
         raise ValueError(f"no rating for snapshots: {', '.join(missing)}")
@@ -217,10 +218,16 @@ def plot_elo_over_snapshots(ratings: dict[str, float], snapshot_names: list[str]
     ax = fig.add_subplot()
     x = np.arange(len(snapshot_names))
     values = [ratings[name] for name in snapshot_names]
-    ax.plot(x, values, marker="o", markersize=3, label="snapshots")
+    if errors is not None:
+        ax.errorbar(x, values, yerr=[errors.get(name, 0.0) for name in snapshot_names], marker="o", markersize=3,
+                    capsize=2, elinewidth=1, label="snapshots (± bootstrap 2 sd)")
+    else:
+        ax.plot(x, values, marker="o", markersize=3, label="snapshots")
     for i, (name, rating) in enumerate(sorted((baselines or {}).items())):
         ax.axhline(rating, linestyle="--", linewidth=1, color=f"C{i + 1}", label=name)
-    everything = [*values, *(baselines or {}).values()]
+    margins = [errors.get(name, 0.0) for name in snapshot_names] if errors is not None else [0.0] * len(values)
+    everything = [*(v - m for v, m in zip(values, margins)), *(v + m for v, m in zip(values, margins)),
+                  *(baselines or {}).values()]
     if everything:  # keep baselines off the frame's edge
         low, high = min(everything), max(everything)
         pad = 0.05 * (high - low) or 50.0
@@ -276,9 +283,12 @@ def _save(fig: Any, canvas: Any, path: Path) -> Path:
     return path
 
 
-def write_tables(ratings: dict[str, float], results: MatchResults, out_dir: Path) -> tuple[Path, Path]:
+def write_tables(ratings: dict[str, float], results: MatchResults, out_dir: Path,
+                 spread: dict[str, float] | None = None) -> tuple[Path, Path]:
     """Write ``elo.json`` (ratings, results matrices, score rates) and ``elo.csv`` (one row per player,
-    best first: rank, player, elo, games, wins, draws, losses, score) into ``out_dir``; returns both paths."""
+    best first: rank, player, elo, games, wins, draws, losses, score, and with ``spread`` (name -> ± of the
+    rating, 2 bootstrap standard deviations in ``evaluation.elo``) a last column ``elo_2sd``) into ``out_dir``;
+    returns both paths."""
     players = list(results.players)
     if set(ratings) != set(players):
         raise ValueError("ratings and results must name the same players; differ in: "
@@ -299,12 +309,14 @@ def write_tables(ratings: dict[str, float], results: MatchResults, out_dir: Path
     games, won, drawn = results.games().sum(axis=1), results.wins.sum(axis=1), draws.sum(axis=1)
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["rank", "player", "elo", "games", "wins", "draws", "losses", "score"])
+    writer.writerow(["rank", "player", "elo", "games", "wins", "draws", "losses", "score",
+                     *([] if spread is None else ["elo_2sd"])])
     order = sorted(range(len(players)), key=lambda i: (-ratings[players[i]], players[i]))
     for rank, i in enumerate(order, start=1):
         score = f"{(won[i] + 0.5 * drawn[i]) / games[i]:.4f}" if games[i] > 0 else ""
         writer.writerow([rank, players[i], f"{ratings[players[i]]:.1f}", _num(games[i]), _num(won[i]),
-                         _num(drawn[i]), _num(games[i] - won[i] - drawn[i]), score])
+                         _num(drawn[i]), _num(games[i] - won[i] - drawn[i]), score,
+                         *([] if spread is None else [f"{spread[players[i]]:.1f}"])])
     csv_path = out_dir / "elo.csv"
     csv_path.write_text(buffer.getvalue())
     return json_path, csv_path
