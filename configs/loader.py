@@ -5,6 +5,12 @@ overrides and builds a typed ``RunConfig``. Every mistake raises ``ConfigError``
 what is allowed, so a typo never silently falls back to a default. What is allowed is read from the fields' types
 (``Literal`` choices, ``Range`` markers: ``configs.field_rules``) and from the rules over several keys
 (``configs.rules.RULES``).
+
+Numbers: an integer key takes a float that is exactly an integer (1e6, 2.0) and refuses any other (1.5); a number
+key takes exponent notation without a dot (1e6, 3e-4), which YAML 1.1 reads as a string. No value is YAML's
+``null`` (or ``~``): a key that allows it refuses the string ``none``/``None`` with a message saying to write null,
+rather than accept a second spelling that other YAML readers of the same file would take as a string. A run config
+file that is empty (or only comments) is refused: it would silently run the defaults.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import re
 import typing
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -25,6 +32,14 @@ from configs.schema import SECTIONS, RunConfig
 CONFIG_DIR = Path(__file__).resolve().parent
 DEFAULTS_PATH = CONFIG_DIR / "defaults.yaml"
 DEFAULT_RUN_CONFIG = CONFIG_DIR / "cartpole.yaml"
+
+
+EXPONENT_NUMBER = re.compile(r"[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+")
+"""A number in exponent notation that YAML 1.1 (PyYAML) reads as a string: 1e6, 3e-4, 1.5e6 (it wants a dot and a
+signed exponent: 1.0e+6). A number key takes it as the number it spells."""
+
+NONE_WORDS = ("none", "None", "NONE")
+"""Python's spelling of no value, a string in YAML; a key that allows null says to write null."""
 
 
 class ConfigError(ValueError):
@@ -163,7 +178,12 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: not valid YAML: {err}") from err
     if data is None:
-        return {}
+        if path.resolve() == DEFAULTS_PATH:
+            return {}
+        raise ConfigError(f"{path}: the config file is empty (no sections, only blank lines or comments), so the "
+                          f"run would be configs/defaults.yaml's (trainer.total_timesteps "
+                          f"{RunConfig().trainer.total_timesteps:,}); write the sections it changes, e.g. "
+                          f"'trainer: {{total_timesteps: 1000000}}'")
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of sections at the top level, got {type(data).__name__}")
     return data
@@ -221,11 +241,21 @@ def _check_value(dotted: str, hint: Any, value: Any) -> Any:
             return None
         raise ConfigError(f"{dotted}: a value is required ({_describe(hint)}), got null")
     origin = typing.get_origin(hint) or hint
+    if optional and value in NONE_WORDS and value not in (typing.get_args(hint) if origin is typing.Literal else ()):
+        raise ConfigError(f"{dotted}: {value!r} is a string in YAML, not no value: write null (or ~) for no value, "
+                          f"otherwise {_describe(hint)}")
+    if origin in (int, float) and isinstance(value, str) and EXPONENT_NUMBER.fullmatch(value.strip()):
+        value = _exponent_number(dotted, hint, value)
     if origin is bool:
         if not isinstance(value, bool):
             raise ConfigError(f"{dotted}: expected true or false, got {value!r}")
         return value
     if origin is int:
+        if isinstance(value, float) and value.is_integer():  # 1e6, 2.0: the integer it is exactly
+            value = int(value)
+        if isinstance(value, float) and math.isfinite(value):
+            raise ConfigError(f"{dotted}: expected an integer, got {value!r} (a whole number such as 1000000 or "
+                              f"1e6; {value!r} has a fractional part)")
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(f"{dotted}: expected an integer, got {value!r}")
     elif origin is float:
@@ -253,6 +283,14 @@ def _check_value(dotted: str, hint: Any, value: Any) -> Any:
         if isinstance(marker, Range) and not marker.allows(value):
             raise ConfigError(f"{dotted}: {value!r} is out of range; allowed: {marker.describe()}")
     return value
+
+
+def _exponent_number(dotted: str, hint: Any, text: str) -> float:
+    """``text`` (an EXPONENT_NUMBER) as a float; ConfigError when it overflows."""
+    number = float(text.strip().replace("_", ""))
+    if not math.isfinite(number):
+        raise ConfigError(f"{dotted}: {text!r} is too large a number; expected {_describe(hint)}")
+    return number
 
 
 def _split_annotated(hint: Any) -> tuple[Any, tuple[Any, ...]]:

@@ -6,12 +6,19 @@ propagates with its traceback: a bug in the learner, or ``EnvRaised`` (the user'
 was read; the traceback from the child process that built it is the exception's cause). A run whose files
 cannot be written (``RunFilesError``: a full disk, a read-only run directory) and a --resume without an intact
 checkpoint (``NoIntactCheckpoint``) print one line and exit 1. A run a stop rule finished exits 0, one a signal
-stopped 128 + the signal (``EXIT_CODES_HELP``).
+stopped 128 + the signal (``EXIT_CODES_HELP``). A --resume of a run that is already finished (its checkpoint meets a
+stop rule under the resumed config) says so in one line, with how to go on, and exits 0 without binding: the run
+did finish, and a script that resumes until done must not see a failure or a learner waiting for hosts.
+
+Besides training: --plan (the batch plan), --print-config (the resolved config) and --print-prometheus-config (a
+Prometheus config scraping the run: ``scrape_config``) print and exit 0. --seed N and --device D are --set
+run.seed=N and --set run.device=D; an explicit --set giving the same key another value is an error naming both.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import importlib.metadata
 import json
 import logging
@@ -19,32 +26,43 @@ import sys
 import tomllib
 from contextlib import nullcontext
 from pathlib import Path
+from typing import Any
 
 import yaml
 
-from configs.loader import ConfigError, config_to_dict, load_config, resolve_config_path
+from configs.loader import ConfigError, config_to_dict, load_config, parse_override, resolve_config_path
 from configs.plan import PlanError, format_plan, make_plan, plan_rows
 from envs.errors import EnvConfigError
-from learner.serve.addresses import AddressError, learner_curve
+from learner.serve.addresses import AddressError, learner_curve, metrics_port
+from learner.monitor.metrics_endpoint import DISCOVERY_PATH
 from learner.monitor.progress import resolve_mode
 from configs.rank_plan import make_rank_plan, torchrun_world_size
-from configs.schema import RunConfig
+from configs.schema import NetworkSection, RunConfig
 from protocol.curve import ServerCurve
 from protocol.bind_rule import InsecureEndpointError
 from protocol.curve import CurveKeyError
+from learner.run.checkpoint import TrainerState
 from learner.run.resume_point import NoIntactCheckpoint, ResumePoint, pick_checkpoint
 from learner.run.run_dir import RunDirError, check_resumable, fresh_run_dir, resume_config, schedule_jump_warning
 from learner.run.run_files import RunFilesError, check_writable
+from learner.stop_rules import check_stop_rules
+from telemetry.exporter import WILDCARD_HOSTS, url_host
+
+
+class ScrapeConfigError(ValueError):
+    """The scrape config cannot be made (the shipped one is missing, the metrics port is chosen at start)."""
+
 
 USER_ERRORS = (ConfigError, PlanError, RunDirError, AddressError, EnvConfigError, CurveKeyError,
-               InsecureEndpointError)
+               InsecureEndpointError, ScrapeConfigError)
 """What the user asked for cannot be done as asked: one line and exit 2, no traceback."""
 RUN_FAILURES = (RunFilesError, NoIntactCheckpoint)
 """The run cannot go on (its files cannot be written, no checkpoint is intact): one line and exit 1."""
 
 
 EXIT_CODES_HELP = """exit codes:
-  0    the run finished: a stop rule (trainer.total_timesteps, trainer.target_episode_return) ended it
+  0    the run finished: a stop rule (trainer.total_timesteps, trainer.target_episode_return) ended it; or
+       --resume found it finished already (one line says how to go on), and nothing was started
   1    a bug in the learner, or the env raised (with its traceback); or, in one line: the run directory cannot
        be written (a full disk, read-only), or --resume finds no intact checkpoint
   2    a usage error (config, run directory, addresses, env config): one line on stderr
@@ -63,9 +81,15 @@ def build_parser() -> argparse.ArgumentParser:
                              "selfplay_connect4, ...) or a YAML file's path (default: cartpole)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="override one config value (repeatable)")
+    parser.add_argument("--seed", type=int, default=None, metavar="N", help="--set run.seed=N")
+    parser.add_argument("--device", default=None, metavar="DEVICE", help="--set run.device=DEVICE (auto, cpu, cuda)")
     parser.add_argument("--plan", action="store_true", help="print the batch plan and exit")
     parser.add_argument("--print-config", action="store_true",
                         help="print the resolved config (defaults, --config, --set) as YAML and exit")
+    parser.add_argument("--print-prometheus-config", action="store_true",
+                        help="print a Prometheus config scraping this run (the learner's network.metrics_port and "
+                             "its actor hosts through the learner's discovery route; targets labelled run=<the "
+                             "--run-dir's name, else run.name>) and exit")
     parser.add_argument("--json", action="store_true", help="with --plan: print it as one JSON object")
     parser.add_argument("--ranks", type=int, default=None, metavar="K",
                         help="with --plan: add one rank's share of the batch for K data-parallel learner ranks "
@@ -136,10 +160,50 @@ def selfplay_overrides(args: argparse.Namespace) -> list[str]:
     return overrides
 
 
+def shortcut_overrides(args: argparse.Namespace) -> list[str]:
+    """--seed / --device as --set overrides; ConfigError when an explicit --set gives the same key another value."""
+    overrides = []
+    for flag, key, value in (("--seed", "seed", args.seed), ("--device", "device", args.device)):
+        if value is None:
+            continue
+        for text in args.overrides:
+            try:
+                given = parse_override(text)
+            except ConfigError:
+                continue  # load_config reports it
+            if key in given.get("run", {}) and given["run"][key] != value:
+                raise ConfigError(f"{flag} {value} and --set {text} both set run.{key}, to different values: "
+                                  "give one of them")
+        overrides.append(f"run.{key}={json.dumps(value)}")
+    return overrides
+
+
+def finished_line(run_dir: Path, config: RunConfig, state: TrainerState) -> str | None:
+    """The line a --resume of a finished run prints (its checkpoint's ``state`` meets a stop rule of ``config``, the
+    saved config with --set applied), saying how to go on; None when the run has more to do."""
+    decision = check_stop_rules(config.trainer, state)
+    if decision is None:
+        return None
+    trainer = config.trainer
+    ways = []
+    if decision.reason == "target return reached":
+        ways.append(f"--set trainer.target_episode_return=null (or above {trainer.target_episode_return:g})")
+    if state.agent_steps >= trainer.total_timesteps:
+        ways.append(f"--set trainer.total_timesteps=N with N above {state.agent_steps:,} (it is "
+                    f"{trainer.total_timesteps:,})")
+    return (f"learner: run {run_dir} is finished ({decision.reason}: {state.agent_steps:,} agent steps, update "
+            f"{state.update}); nothing to resume, nothing started. To train on: --resume --run-dir {run_dir} "
+            f"{' '.join(ways)}")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit code."""
     args = build_parser().parse_args(argv)
-    args.overrides = [*args.overrides, *selfplay_overrides(args), *curve_overrides(args)]
+    try:
+        shortcuts = shortcut_overrides(args)
+    except ConfigError as err:
+        return _fail(str(err))
+    args.overrides = [*args.overrides, *shortcuts, *selfplay_overrides(args), *curve_overrides(args)]
     if args.json and not args.plan:
         return _fail("--json only goes with --plan")
     if args.ranks is not None and not args.plan:
@@ -158,10 +222,15 @@ def main(argv: list[str] | None = None) -> int:
             config = load_config(None if args.config is None else resolve_config_path(args.config), args.overrides)
         plan = make_plan(config.trainer, num_agents=config.env.num_agents)
         world_size = torchrun_world_size()
-        if world_size > 1 and not (args.plan or args.print_config):  # every rank fails alike, before joining
+        if world_size > 1 and not (args.plan or args.print_config or args.print_prometheus_config):
+            # every rank fails alike, before joining
             make_rank_plan(config.trainer, num_agents=config.env.num_agents, world_size=world_size, coma=config.coma)
         if args.print_config:
             print(yaml.safe_dump(config_to_dict(config), sort_keys=False), end="")
+            return 0
+        if args.print_prometheus_config:
+            run = config.run.name if args.run_dir is None else args.run_dir.resolve().name
+            print(format_scrape_config(config, run=run), end="")
             return 0
         if args.plan:
             rows = plan_rows(plan, config)
@@ -174,6 +243,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.resume:
             check_resumable(args.run_dir)
             point = pick_checkpoint(args.run_dir, args.checkpoint)
+            finished = finished_line(args.run_dir, config, point.checkpoint.trainer_state)
+            if finished is not None:
+                print(finished, flush=True)
+                return 0
             check_writable(args.run_dir)
             warning = schedule_jump_warning(args.run_dir, config, update=point.checkpoint.trainer_state.update)
             if warning is not None:
@@ -210,6 +283,76 @@ def rank_plan_rows(config: RunConfig, ranks: int) -> dict[str, int]:
     rows = {key: value for key, value in rows.items() if not key.startswith("rank_minibatch")}
     rows["rank_coma_transitions_per_gradient_step"] = config.coma.batch_size // ranks
     return rows
+
+
+SHIPPED_SCRAPE_CONFIG = Path(__file__).resolve().parents[1] / "ops" / "prometheus" / "prometheus.yml"
+"""The scrape config the printed one is made from (its jobs, intervals, rules)."""
+
+WILDCARD_TARGETS = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "*": "127.0.0.1", "::": "::1"}
+"""Where Prometheus on the learner's machine reaches a learner bound to every interface."""
+
+
+def learner_metrics_target(network: NetworkSection) -> str:
+    """host:port Prometheus scrapes the learner at; ScrapeConfigError for metrics_port 0 (known only at start)."""
+    port = metrics_port(network)
+    if port == 0:
+        raise ScrapeConfigError("network.metrics_port is 0 (a free port chosen at start, unknown until then): give "
+                                "the run a fixed one with --set network.metrics_port=PORT")
+    host = WILDCARD_TARGETS.get(network.metrics_host, network.metrics_host)
+    return f"{url_host(host)}:{port}"
+
+
+def scrape_config(config: RunConfig, *, run: str, shipped: Path = SHIPPED_SCRAPE_CONFIG) -> dict[str, Any]:
+    """``--print-prometheus-config``: the shipped ops/prometheus/prometheus.yml (its jobs, intervals, alert rules,
+    pool-server file) pointed at ``config``'s learner: its /metrics at network.metrics_host:metrics_port, its actor
+    hosts through the learner's HTTP service discovery route (DISCOVERY_PATH). Every target is labelled ``run``;
+    each job's name carries the run (sluice_learner-<run>) while its ``job`` label stays the catalogue name the
+    alerts and the Grafana dashboard query, so the scrape_configs of two runs go into one Prometheus config and the
+    dashboard's run and instance variables keep them apart. Paths are made absolute (the file works anywhere)."""
+    if not shipped.is_file():
+        raise ScrapeConfigError(f"{shipped} not found: --print-prometheus-config builds on the source checkout's "
+                                "ops/prometheus/ (install Sluice editable from a checkout)")
+    document = yaml.safe_load(shipped.read_text())
+    shipped_target = learner_metrics_target(NetworkSection())
+    target = learner_metrics_target(config.network)
+    base = shipped.parent
+    result = copy.deepcopy(document)
+    result["rule_files"] = [str(base / name) for name in document.get("rule_files", [])]
+    jobs = []
+    for job in document["scrape_configs"]:
+        job = copy.deepcopy(job)
+        name = job["job_name"]
+        for static in job.get("static_configs", []):
+            static["targets"] = [target if item == shipped_target else item for item in static["targets"]]
+        for sd in job.get("http_sd_configs", []):
+            if sd["url"] == f"http://{shipped_target}{DISCOVERY_PATH}":
+                sd["url"] = f"http://{target}{DISCOVERY_PATH}"
+        for sd in job.get("file_sd_configs", []):
+            sd["files"] = [str(base / file) for file in sd["files"]]
+        job["job_name"] = f"{name}-{run}"
+        job["relabel_configs"] = [*job.get("relabel_configs", []),
+                                  {"target_label": "job", "replacement": name},
+                                  {"target_label": "run", "replacement": run}]
+        jobs.append(job)
+    result["scrape_configs"] = jobs
+    return result
+
+
+def format_scrape_config(config: RunConfig, *, run: str, shipped: Path = SHIPPED_SCRAPE_CONFIG) -> str:
+    """``scrape_config`` as YAML, after comment lines saying what it is and how to start Prometheus with it."""
+    target = learner_metrics_target(config.network)
+    header = [
+        f"# Prometheus config for Sluice run {run!r}: the learner's metrics at {target}, its actor hosts through",
+        f"# http://{target}{DISCOVERY_PATH}; made from {shipped}.",
+        "# Save it, then: prometheus --config.file=FILE --storage.tsdb.path=DIR",
+        "# Another run on the same Prometheus: append its scrape_configs (job names carry the run; the job labels",
+        "# stay the ones the alerts and the Grafana dashboard query, its run and instance variables tell them apart).",
+    ]
+    if config.network.metrics_host in WILDCARD_HOSTS:
+        header.append(f"# The learner binds every interface ({config.network.metrics_host or '*'}): from another "
+                      f"machine, replace {target.rsplit(':', 1)[0]} with its address.")
+    return "\n".join(header) + "\n" + yaml.safe_dump(scrape_config(config, run=run, shipped=shipped),
+                                                     sort_keys=False)
 
 
 def _run_rank(args: argparse.Namespace, config: RunConfig, curve: ServerCurve | None,

@@ -202,8 +202,73 @@ def test_section_not_a_mapping(tmp_path):
     assert "section 'trainer' must be a mapping of keys, got 3" in msg
 
 
-def test_empty_file_is_defaults(tmp_path):
-    assert load_config(write(tmp_path, "")) == RunConfig()
+@pytest.mark.parametrize("text", ["", "\n\n", "# only a comment\n# and another\n"])
+def test_an_empty_or_comment_only_file_is_refused_naming_it(tmp_path, text):
+    path = write(tmp_path, text)
+    msg = config_error(path=path)
+    assert msg == (f"{path}: the config file is empty (no sections, only blank lines or comments), so the run would "
+                   "be configs/defaults.yaml's (trainer.total_timesteps 10,000,000,000); write the sections it "
+                   "changes, e.g. 'trainer: {total_timesteps: 1000000}'")
+    assert "\n" not in msg
+
+
+def test_an_empty_file_refused_by_the_cli_in_one_line(tmp_path, capsys):
+    path = write(tmp_path, "# nothing yet\n")
+    assert main(["--config", str(path), "--print-config"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"python -m learner: error: {path}: the config file is empty") and err.count("\n") == 1
+
+
+def test_an_explicit_empty_mapping_is_still_the_defaults(tmp_path):
+    assert load_config(write(tmp_path, "{}\n")) == RunConfig()
+
+
+@pytest.mark.parametrize("value, expected", [("1e6", 1_000_000), ("1E6", 1_000_000), ("2.0", 2), ("1.5e6", 1_500_000),
+                                             ("2.5e+3", 2500), ("1_000e3", 1_000_000), ("1e20", 10**20)])
+def test_an_integer_key_takes_a_float_that_is_an_exact_integer(value, expected):
+    total = defaults(f"trainer.total_timesteps={value}").trainer.total_timesteps
+    assert total == expected and type(total) is int
+
+
+def test_an_integer_key_in_yaml_takes_exponent_notation(tmp_path):
+    config = load_config(write(tmp_path, "trainer:\n  total_timesteps: 1e6\n  batch_size: 8192.0\n"
+                                         "  learning_rate: 3e-4\n"))
+    assert (config.trainer.total_timesteps, config.trainer.batch_size) == (1_000_000, 8192)
+    assert config.trainer.learning_rate == 3e-4 and type(config.trainer.learning_rate) is float
+
+
+@pytest.mark.parametrize("value, shown", [("1.5", "1.5"), ("1.5e0", "1.5"), ("2.25e1", "22.5")])
+def test_an_integer_key_refuses_a_fraction_saying_why(value, shown):
+    assert config_error(f"trainer.total_timesteps={value}").endswith(
+        f"trainer.total_timesteps: expected an integer, got {shown} (a whole number such as 1000000 or 1e6; "
+        f"{shown} has a fractional part)")
+
+
+def test_exponent_notation_beyond_a_float_is_refused():
+    assert config_error("trainer.total_timesteps=1e400").endswith(
+        "trainer.total_timesteps: '1e400' is too large a number; expected an integer")
+    assert "expected an integer, got inf" in config_error("trainer.total_timesteps=.inf")
+
+
+def test_a_number_key_takes_exponent_notation():
+    assert defaults("trainer.learning_rate=3e-4").trainer.learning_rate == 3e-4
+    assert defaults("trainer.target_episode_return=-1e2").trainer.target_episode_return == -100.0
+    assert defaults("run.name=1e6").run.name == "1e6"  # a string key keeps the text
+
+
+@pytest.mark.parametrize("key, kind", [("trainer.target_episode_return", "a number"),
+                                       ("trainer.target_kl", "a number"), ("network.metrics_port", "an integer")])
+@pytest.mark.parametrize("word", ["none", "None", "NONE"])
+def test_none_for_a_key_that_allows_null_says_to_write_null(key, kind, word):
+    assert config_error(f"{key}={word}").endswith(
+        f"{key}: {word!r} is a string in YAML, not no value: write null (or ~) for no value, otherwise {kind}")
+    assert getattr(defaults(f"{key}=null").trainer if key.startswith("trainer") else defaults(f"{key}=~").network,
+                   key.split(".")[1]) is None
+
+
+def test_none_in_a_yaml_file_says_to_write_null(tmp_path):
+    msg = config_error(path=write(tmp_path, "trainer:\n  target_episode_return: None\n"))
+    assert "trainer.target_episode_return: 'None' is a string in YAML, not no value: write null" in msg
 
 
 # ---------------------------------------------------------------- plan constraints

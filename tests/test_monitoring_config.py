@@ -197,3 +197,116 @@ def test_promtool_accepts(arguments):
     result = subprocess.run([promtool(), *arguments], cwd=PROMETHEUS_DIR, capture_output=True, text=True,
                             timeout=120, check=False)
     assert result.returncode == 0, f"promtool {' '.join(arguments)}:\n{result.stdout}\n{result.stderr}"
+
+
+# ---------------------------------------------------------------- the dashboard's run and instance variables
+
+GRAFANA_VARIABLES = ("run", "instance")
+"""Template variables every query filters on, so two runs (or two learners) on one Prometheus are not mixed."""
+
+SELECTOR = re.compile(r'(?<![\w:$"])([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?')
+
+
+def unfiltered_selectors(expr: str) -> list[str]:
+    """The metric selectors of ``expr`` that do not match on every GRAFANA_VARIABLES label (label=~"$label")."""
+    names = promql_metric_names(expr)
+    missing = []
+    for match in SELECTOR.finditer(expr):
+        name, matchers = match.group(1), match.group(2) or ""
+        if HISTOGRAM_SAMPLE_SUFFIX.sub("", name) not in names:
+            continue
+        if not all(f'{label}=~"${label}"' in matchers for label in GRAFANA_VARIABLES):
+            missing.append(match.group())
+    return missing
+
+
+def test_the_selector_check_finds_an_unfiltered_metric():
+    assert unfiltered_selectors('sum(rate(sluice_a_total{job="x", run=~"$run", instance=~"$instance"}[5m])) '
+                                '/ sum(rate(sluice_b_total{job="x", run=~"$run"}[5m])) + up') == [
+        'sluice_b_total{job="x", run=~"$run"}', "up"]
+
+
+def test_every_dashboard_query_filters_on_the_run_and_instance_variables():
+    exprs = dashboard_exprs()
+    assert exprs
+    assert {expr: unfiltered_selectors(expr) for expr in exprs if unfiltered_selectors(expr)} == {}
+
+
+def test_the_dashboard_defines_the_run_and_instance_variables():
+    variables = {variable["name"]: variable for variable in dashboard()["templating"]["list"]}
+    assert tuple(variables) == GRAFANA_VARIABLES
+    for name, variable in variables.items():
+        assert variable["type"] == "query" and variable["datasource"]["uid"] == DATASOURCE_UID, name
+        # All (the default) matches every series, those without the label too (the shipped prometheus.yml's)
+        assert variable["includeAll"] and variable["allValue"] == ".*", name
+        assert variable["current"]["value"] == ["$__all"], name
+        assert variable["query"]["query"] == variable["definition"], name
+        assert variable["definition"].startswith("label_values(") and variable["definition"].endswith(f", {name})")
+        selector = variable["definition"].removeprefix("label_values(").removesuffix(f", {name})")
+        assert promql_metric_names(selector) == {"up"}, name  # every target has up, whatever it exports
+    assert 'run=~"$run"' in variables["instance"]["definition"]  # the instances of the chosen runs
+
+
+# ---------------------------------------------------------------- python -m learner --print-prometheus-config
+
+
+def printed_scrape_config(capsys, *args: str) -> tuple[str, dict]:
+    from learner.cli import main
+
+    assert main(["--print-prometheus-config", *args]) == 0
+    text = capsys.readouterr().out
+    return text, yaml.safe_load(text)
+
+
+def test_printed_scrape_config_is_the_shipped_one_at_the_runs_ports(capsys, tmp_path):
+    from learner.monitor.metrics_endpoint import DISCOVERY_PATH
+
+    _, config = printed_scrape_config(capsys, "--set", "network.metrics_port=9123", "--run-dir",
+                                      str(tmp_path / "cartpole-a"))
+    shipped = yaml.safe_load((PROMETHEUS_DIR / "prometheus.yml").read_text())
+    assert config["global"] == shipped["global"]
+    assert config["rule_files"] == [str(PROMETHEUS_DIR / name) for name in shipped["rule_files"]]
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    assert sorted(jobs) == sorted(f"{job['job_name']}-cartpole-a" for job in shipped["scrape_configs"])
+    for job in shipped["scrape_configs"]:  # the job label stays the one the alerts and the dashboard query
+        assert jobs[f"{job['job_name']}-cartpole-a"]["relabel_configs"] == [
+            {"target_label": "job", "replacement": job["job_name"]},
+            {"target_label": "run", "replacement": "cartpole-a"}]
+    assert jobs["sluice_learner-cartpole-a"]["static_configs"] == [{"targets": ["127.0.0.1:9123"]}]
+    assert jobs["sluice_actor_hosts-cartpole-a"]["http_sd_configs"] == [
+        {"url": f"http://127.0.0.1:9123{DISCOVERY_PATH}", "refresh_interval": "5s"}]
+    assert jobs["sluice_pool_server-cartpole-a"]["file_sd_configs"] == [
+        {"files": [str(PROMETHEUS_DIR / "targets" / "pool_server.json")]}]
+
+
+def test_printed_scrape_config_follows_network_port_and_run_name(capsys):
+    text, config = printed_scrape_config(capsys, "--set", "network.port=6000", "--set", "run.name=exp1")
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    assert jobs["sluice_learner-exp1"]["static_configs"] == [{"targets": ["127.0.0.1:6003"]}]
+    assert text.startswith("# Prometheus config for Sluice run 'exp1': the learner's metrics at 127.0.0.1:6003")
+
+
+def test_printed_scrape_config_for_a_learner_on_every_interface_uses_loopback_and_says_so(capsys):
+    text, config = printed_scrape_config(capsys, "--set", "network.metrics_host=0.0.0.0", "--insecure")
+    learner_job = next(job for job in config["scrape_configs"] if job["job_name"].startswith("sluice_learner-"))
+    assert learner_job["static_configs"] == [{"targets": ["127.0.0.1:5558"]}]
+    assert "# The learner binds every interface (0.0.0.0): from another machine, replace 127.0.0.1" in text
+
+
+def test_printed_scrape_config_needs_a_fixed_metrics_port(capsys):
+    from learner.cli import main
+
+    assert main(["--print-prometheus-config", "--set", "network.metrics_port=0"]) == 2
+    assert capsys.readouterr().err == (
+        "python -m learner: error: network.metrics_port is 0 (a free port chosen at start, unknown until then): give "
+        "the run a fixed one with --set network.metrics_port=PORT\n")
+
+
+@pytest.mark.integration
+def test_promtool_accepts_the_printed_scrape_config(capsys, tmp_path):
+    text, _ = printed_scrape_config(capsys, "--set", "network.metrics_port=9123", "--set", "run.name=a")
+    path = tmp_path / "prometheus.yml"
+    path.write_text(text)
+    result = subprocess.run([promtool(), "check", "config", str(path)], capture_output=True, text=True, timeout=120,
+                            check=False)
+    assert result.returncode == 0, f"promtool check config:\n{result.stdout}\n{result.stderr}"
