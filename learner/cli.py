@@ -18,7 +18,6 @@ run.seed=N and --set run.device=D; an explicit --set giving the same key another
 from __future__ import annotations
 
 import argparse
-import copy
 import importlib.metadata
 import json
 import logging
@@ -26,18 +25,17 @@ import sys
 import tomllib
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any
 
 import yaml
 
 from configs.loader import ConfigError, config_to_dict, load_config, parse_override, resolve_config_path
 from configs.plan import PlanError, format_plan, make_plan, plan_rows
 from envs.errors import EnvConfigError
-from learner.serve.addresses import AddressError, learner_curve, metrics_port
-from learner.monitor.metrics_endpoint import DISCOVERY_PATH
+from learner.serve.addresses import AddressError, learner_curve
+from learner.monitor.scrape_config import ScrapeConfigError, format_scrape_config
 from learner.monitor.progress import resolve_mode
 from configs.rank_plan import make_rank_plan, torchrun_world_size
-from configs.schema import NetworkSection, RunConfig
+from configs.schema import RunConfig
 from protocol.curve import ServerCurve
 from protocol.bind_rule import InsecureEndpointError
 from protocol.curve import CurveKeyError
@@ -45,12 +43,8 @@ from learner.run.checkpoint import TrainerState
 from learner.run.resume_point import NoIntactCheckpoint, ResumePoint, pick_checkpoint
 from learner.run.run_dir import RunDirError, check_resumable, fresh_run_dir, resume_config, schedule_jump_warning
 from learner.run.run_files import RunFilesError, check_writable
+from learner.run.run_record import begin_console_copy
 from learner.stop_rules import check_stop_rules
-from telemetry.exporter import WILDCARD_HOSTS, url_host
-
-
-class ScrapeConfigError(ValueError):
-    """The scrape config cannot be made (the shipped one is missing, the metrics port is chosen at start)."""
 
 
 USER_ERRORS = (ConfigError, PlanError, RunDirError, AddressError, EnvConfigError, CurveKeyError,
@@ -199,6 +193,14 @@ def finished_line(run_dir: Path, config: RunConfig, state: TrainerState) -> str 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit code."""
     args = build_parser().parse_args(argv)
+    console = begin_console_copy()  # what is said before the run directory exists reaches its console.log too
+    try:
+        return _main(args)
+    finally:
+        console.close()
+
+
+def _main(args: argparse.Namespace) -> int:
     try:
         shortcuts = shortcut_overrides(args)
     except ConfigError as err:
@@ -283,76 +285,6 @@ def rank_plan_rows(config: RunConfig, ranks: int) -> dict[str, int]:
     rows = {key: value for key, value in rows.items() if not key.startswith("rank_minibatch")}
     rows["rank_coma_transitions_per_gradient_step"] = config.coma.batch_size // ranks
     return rows
-
-
-SHIPPED_SCRAPE_CONFIG = Path(__file__).resolve().parents[1] / "ops" / "prometheus" / "prometheus.yml"
-"""The scrape config the printed one is made from (its jobs, intervals, rules)."""
-
-WILDCARD_TARGETS = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "*": "127.0.0.1", "::": "::1"}
-"""Where Prometheus on the learner's machine reaches a learner bound to every interface."""
-
-
-def learner_metrics_target(network: NetworkSection) -> str:
-    """host:port Prometheus scrapes the learner at; ScrapeConfigError for metrics_port 0 (known only at start)."""
-    port = metrics_port(network)
-    if port == 0:
-        raise ScrapeConfigError("network.metrics_port is 0 (a free port chosen at start, unknown until then): give "
-                                "the run a fixed one with --set network.metrics_port=PORT")
-    host = WILDCARD_TARGETS.get(network.metrics_host, network.metrics_host)
-    return f"{url_host(host)}:{port}"
-
-
-def scrape_config(config: RunConfig, *, run: str, shipped: Path = SHIPPED_SCRAPE_CONFIG) -> dict[str, Any]:
-    """``--print-prometheus-config``: the shipped ops/prometheus/prometheus.yml (its jobs, intervals, alert rules,
-    pool-server file) pointed at ``config``'s learner: its /metrics at network.metrics_host:metrics_port, its actor
-    hosts through the learner's HTTP service discovery route (DISCOVERY_PATH). Every target is labelled ``run``;
-    each job's name carries the run (sluice_learner-<run>) while its ``job`` label stays the catalogue name the
-    alerts and the Grafana dashboard query, so the scrape_configs of two runs go into one Prometheus config and the
-    dashboard's run and instance variables keep them apart. Paths are made absolute (the file works anywhere)."""
-    if not shipped.is_file():
-        raise ScrapeConfigError(f"{shipped} not found: --print-prometheus-config builds on the source checkout's "
-                                "ops/prometheus/ (install Sluice editable from a checkout)")
-    document = yaml.safe_load(shipped.read_text())
-    shipped_target = learner_metrics_target(NetworkSection())
-    target = learner_metrics_target(config.network)
-    base = shipped.parent
-    result = copy.deepcopy(document)
-    result["rule_files"] = [str(base / name) for name in document.get("rule_files", [])]
-    jobs = []
-    for job in document["scrape_configs"]:
-        job = copy.deepcopy(job)
-        name = job["job_name"]
-        for static in job.get("static_configs", []):
-            static["targets"] = [target if item == shipped_target else item for item in static["targets"]]
-        for sd in job.get("http_sd_configs", []):
-            if sd["url"] == f"http://{shipped_target}{DISCOVERY_PATH}":
-                sd["url"] = f"http://{target}{DISCOVERY_PATH}"
-        for sd in job.get("file_sd_configs", []):
-            sd["files"] = [str(base / file) for file in sd["files"]]
-        job["job_name"] = f"{name}-{run}"
-        job["relabel_configs"] = [*job.get("relabel_configs", []),
-                                  {"target_label": "job", "replacement": name},
-                                  {"target_label": "run", "replacement": run}]
-        jobs.append(job)
-    result["scrape_configs"] = jobs
-    return result
-
-
-def format_scrape_config(config: RunConfig, *, run: str, shipped: Path = SHIPPED_SCRAPE_CONFIG) -> str:
-    """``scrape_config`` as YAML, after comment lines saying what it is and how to start Prometheus with it."""
-    target = learner_metrics_target(config.network)
-    header = [
-        f"# Prometheus config for Sluice run {run!r}: the learner's metrics at {target}, its actor hosts through",
-        f"# http://{target}{DISCOVERY_PATH}; made from {shipped}.",
-        "# Save it, then: prometheus --config.file=FILE --storage.tsdb.path=DIR",
-        "# Another run on the same Prometheus: append its scrape_configs (job names carry the run; the job labels",
-        "# stay the ones the alerts and the Grafana dashboard query, its run and instance variables tell them apart).",
-    ]
-    if config.network.metrics_host in WILDCARD_HOSTS:
-        header.append(f"# The learner binds every interface ({config.network.metrics_host or '*'}): from another "
-                      f"machine, replace {target.rsplit(':', 1)[0]} with its address.")
-    return "\n".join(header) + "\n" + yaml.safe_dump(scrape_config(config, run=run, shipped=shipped),
-                                                     sort_keys=False)
 
 
 def _run_rank(args: argparse.Namespace, config: RunConfig, curve: ServerCurve | None,

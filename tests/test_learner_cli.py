@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import learner.build
+import learner.trainer
 from configs.loader import load_config
 from learner.run.checkpoint import TrainerState, list_checkpoints, save_checkpoint
 from learner.cli import main
@@ -190,6 +191,26 @@ def test_resume_with_another_total_timesteps_warns_that_the_schedules_jump(tmp_p
 
     resume_with_port_taken(run_dir)
     assert "warning" not in capsys.readouterr().err
+
+
+@pytest.mark.integration
+def test_the_resume_warning_and_the_resume_lines_reach_console_log(tmp_path):
+    """What the learner says before its run directory's console.log is open (the command line's warning, the
+    checkpoint it resumes from) is in console.log too, not only on the terminal."""
+    run_dir = checkpointed_run(tmp_path, update=183)
+    proc = start("learner", "--resume", "--run-dir", str(run_dir), "--set", f"network.port={free_port_triple()}",
+                 "--set", "trainer.total_timesteps=6000000", "--plain", log=tmp_path / "learner.log")
+    console = run_dir / "console.log"
+    try:
+        assert wait_for(lambda: console.exists() and "listening on" in console.read_text(), 60), \
+            (tmp_path / "learner.log").read_text()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 143
+    finally:
+        kill_tree(proc)
+    text = console.read_text()
+    assert "python -m learner: warning: resuming with trainer.total_timesteps 6,000,000" in text
+    assert "resumed from" in text and "update 183" in text
 
 
 def test_exit_codes_are_in_the_help(capsys):

@@ -12,9 +12,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pyte  # the test extra (pyproject.toml)
 import pytest
-
-pyte = pytest.importorskip("pyte")  # the test extra (pyproject.toml)
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[1]
