@@ -232,6 +232,19 @@ class RowAssembler:
                    action_dtype=layout.action_dtype, mask_size=layout.mask_size, team_size=layout.team_size,
                    global_state_size=layout.global_state_size)
 
+    def warm_up(self) -> None:
+        """Compile the numba kernels for this assembler's fields now (each field's dtype and shape is a kernel
+        specialisation; on a cold cache that takes seconds) on a throwaway two-row assembler of the same layout,
+        so the host's first steps do not wait for the compiler. Leaves this assembler untouched."""
+        spare = RowAssembler.for_layout(self.layout, num_agents=1, num_rows=2)
+        agent = np.zeros(1, dtype=np.int64)
+        values = {buffer.name: np.zeros((1, *buffer.value_shape), dtype=buffer.dtype)
+                  for buffer in spare._buffers if buffer.name != VERSIONS and buffer.width}
+        for _ in range(spare.horizon):  # fills one row: the kernel's path that opens the agent's next row too
+            spare.add(agent, 0, **values)
+        spare.release(spare.pop_full(1))
+        spare.gather(np.zeros(1, dtype=np.int64))
+
     def _buffer(self, field: RowField) -> _Buffer:
         value_shape = self.layout.value_shape(field)
         width = int(np.prod(value_shape, dtype=np.int64))

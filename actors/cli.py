@@ -1,4 +1,10 @@
-"""`python -m actors`: argument parsing and top-level error handling of an actor host."""
+"""`python -m actors`: argument parsing and top-level error handling of an actor host.
+
+Exit codes, as the learner's: 0 when the learner ended the run (its SHUTDOWN), 128 + the signal's number when a
+signal stopped the host (130 for SIGINT, 143 for SIGTERM), 1 on an error at run time (an env that cannot run, a
+worker in a crash loop, the pool server failing), 2 on a usage or config error (the command line, the learner's
+config, a learner that refuses this host).
+"""
 
 from __future__ import annotations
 
@@ -13,6 +19,9 @@ from protocol.endpoints import parse_endpoint
 from telemetry.options import add_metrics_options, metrics_port_error
 
 DEFAULT_LEARNER = "tcp://127.0.0.1:5555"
+EXIT_CODES_HELP = ("exit codes: 0 the learner ended the run; 130 / 143 (128 + the signal's number) stopped by "
+                   "SIGINT / SIGTERM;\n1 an error at run time (env, workers, pool server); 2 a usage or config "
+                   "error, or a learner that refuses this host")
 KEY_OPTIONS = "--curve-server-key server.key --curve-client-key NAME.key_secret"
 
 
@@ -27,7 +36,8 @@ def package_version() -> str:
 def build_parser() -> argparse.ArgumentParser:
     """The actor host's command line."""
     parser = argparse.ArgumentParser(prog="python -m actors", description="Sluice actor host: env worker "
-                                     "processes that stream experience to a learner.")
+                                     "processes that stream experience to a learner.", epilog=EXIT_CODES_HELP,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}",
                         help="print the installed sluice version and exit")
     parser.add_argument("--n", type=int, default=None,
@@ -84,28 +94,29 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:  # CurveKeyError and InsecureEndpointError
         return _fail(str(err))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    from actors import wiring  # heavy imports (torch, numba) only when running
-    from actors.env_failures import EnvFailure
-    from actors.learner_link import LearnerRefused
-    from actors.pool_client import PoolError
     from actors.stop_flag import StopFlag
-    from configs.loader import ConfigError
-    from configs.plan import PlanError
-    from envs.errors import EnvConfigError
 
     stop = StopFlag()
 
     def handler(signum: int, _frame: object) -> None:
-        stop.request(f"{signal.Signals(signum).name} received")
+        stop.request(f"{signal.Signals(signum).name} received", signum=signum)
 
-    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGINT, handler)  # before the heavy imports: a signal during them stops the host cleanly
     signal.signal(signal.SIGTERM, handler)
+    from actors import wiring  # heavy imports (torch, numba) only when running
+    from actors.env_failures import EnvFailure
+    from actors.learner_link import LearnerRefused
+    from actors.pool_client import PoolError
+    from configs.loader import ConfigError
+    from configs.plan import PlanError
+    from envs.errors import EnvConfigError
     from telemetry.exporter import MetricsBindError
 
     options = wiring.HostOptions(learner=endpoint, num_workers=args.n, null_policy=args.null_policy, pool=pool,
                                  curve=curve, metrics_host=args.metrics_host, metrics_port=args.metrics_port)
     try:
-        return wiring.run_host(options, stop)
+        wiring.run_host(options, stop)
+        return stop.exit_code()
     except (ConfigError, PlanError, EnvConfigError, LearnerRefused, MetricsBindError) as err:  # the user's to fix; else a traceback
         return _fail(str(err))
     except (EnvFailure, PoolError) as err:  # the env or the pool server failed at run time; the reason says how

@@ -204,6 +204,8 @@ class ActorHost:
         registration = self.link.register(retry_s=1.0, should_stop=self.stop.is_set, first_notice_s=WAITING_NOTICE_S)
         if registration is not None:
             self.metrics.registered()
+        elif self.link.shutdown_reason is not None:
+            self.stop.request(f"learner: {self.link.shutdown_reason}")
         return registration
 
     def _reconnect(self, registration: Registration) -> None:

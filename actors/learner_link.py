@@ -10,7 +10,10 @@ import dataclasses
 import logging
 import secrets
 import socket
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +27,10 @@ from protocol.endpoints import Endpoint, parse_endpoint
 
 LOG = logging.getLogger("sluice.actors.link")
 WAITING_NOTICE_S = 5.0
-"""Seconds between the lines that say the host is still waiting for the learner."""
+"""Seconds from the line that says where the host waits and what to check to the first short "still waiting"
+line; each later gap doubles, up to ``WAITING_NOTICE_MAX_S``."""
+WAITING_NOTICE_MAX_S = 60.0
+"""Longest gap between two "still waiting" lines."""
 HANDSHAKE_EVENTS = (zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
                     | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_SUCCEEDED)
 """The control socket's monitor events under CURVE: how each handshake with the learner ended."""
@@ -94,6 +100,19 @@ def waiting_notice(learner: Endpoint, *, waited_s: float, curve: bool) -> str:
     return f"actors: waiting for the learner at {learner.url} ... ({waited_s:.0f} s so far; {'; '.join(checks)})"
 
 
+def still_waiting_notice(learner: Endpoint, *, waited_s: float) -> str:
+    """The short line that follows ``waiting_notice`` while the learner still does not answer."""
+    return f"actors: still waiting for the learner at {learner.url} ({waited_s:.0f} s so far)"
+
+
+def notice_gaps(first_s: float = WAITING_NOTICE_S, max_s: float = WAITING_NOTICE_MAX_S):
+    """Seconds between one waiting line and the next: ``first_s``, then doubling, at most ``max_s``."""
+    gap = first_s
+    while True:
+        yield gap
+        gap = min(2 * gap, max_s)
+
+
 def refuses_register(error: Message) -> bool:
     """Whether an ERROR reply refuses this host's REGISTER, not an earlier heartbeat or rows message: it names
     ``register`` as the refused type, or names none (a message the learner could not decode) and is not the
@@ -134,6 +153,8 @@ class LearnerLink:
         """The ``seq`` of the last control message sent before the current registration's answer came."""
         self.data_routes: tuple[str, ...] = ()
         """The learner ranks' data endpoints the data socket is connected to, as announced (() : one learner)."""
+        self.shutdown_reason: str | None = None
+        """The reason of a SHUTDOWN that answered a REGISTER (the learner ended its run meanwhile), else None."""
 
     def _control_socket(self) -> zmq.Socket:
         sock = self.context.socket(zmq.DEALER)
@@ -196,14 +217,19 @@ class LearnerLink:
             return None
 
     def register(self, *, retry_s: float, should_stop, first_notice_s: float = 0.0) -> Registration | None:
-        """Register, retrying until the learner answers; None if ``should_stop()`` becomes true first.
+        """Register, retrying until the learner answers; None if ``should_stop()`` becomes true first (or a
+        SHUTDOWN answers: ``shutdown_reason`` says why).
 
-        While no learner answers, a line says every ``WAITING_NOTICE_S`` where the host waits, for how long,
-        and what to check, so a wrong address or port is never a silent wait."""
+        While no learner answers, one line (after ``first_notice_s``) says where the host waits and what to check,
+        so a wrong address or port is never a silent wait; then short lines say how long it has waited, the gap
+        between them doubling from ``WAITING_NOTICE_S`` to ``WAITING_NOTICE_MAX_S``."""
         wait_s = 0.2
         late_refusals = 0
         started = time.monotonic()
         next_notice = started + first_notice_s
+        gaps = notice_gaps()
+        notices = 0
+        self.shutdown_reason = None
         while not should_stop():
             queued = self.send_control(MessageType.REGISTER, self._register_fields())
             deadline = time.monotonic() + wait_s
@@ -216,6 +242,7 @@ class LearnerLink:
                 if reply.type is MessageType.REGISTERED:
                     return self._registration(reply)
                 if reply.type is MessageType.SHUTDOWN:
+                    self.shutdown_reason = str(reply.fields.get("reason", "shutdown"))
                     return None
                 if reply.type is MessageType.ERROR and refuses_register(reply):
                     raise LearnerRefused(f"learner refused registration: {reply.fields['message']}")
@@ -230,8 +257,10 @@ class LearnerLink:
                 wait_s = retry_s
             now = time.monotonic()
             if now >= next_notice and not should_stop():
-                print(waiting_notice(self.learner, waited_s=now - started, curve=self.curve is not None), flush=True)
-                next_notice = now + WAITING_NOTICE_S
+                print(still_waiting_notice(self.learner, waited_s=now - started) if notices else
+                      waiting_notice(self.learner, waited_s=now - started, curve=self.curve is not None), flush=True)
+                notices += 1
+                next_notice = now + next(gaps)
         return None
 
     def _register_fields(self) -> dict[str, Any]:
@@ -244,6 +273,25 @@ class LearnerLink:
     def send_heartbeat(self, fields: dict[str, Any]) -> None:
         """A HEARTBEAT with the token rows go out with, so a learner that no longer holds it says so."""
         self.send_control(MessageType.HEARTBEAT, fields if self.token is None else {**fields, "token": self.token})
+
+    @contextmanager
+    def heartbeats_meanwhile(self, interval_s: float) -> Iterator[None]:
+        """Send a HEARTBEAT every ``interval_s`` from a thread while the block runs (building a host: worker start,
+        numba compiling the assembler's kernels on a cold cache), so the learner does not forget a host that is
+        only slow to start. The block must not use the control socket (ZeroMQ sockets are single-threaded)."""
+        done = threading.Event()
+
+        def beat() -> None:
+            while not done.wait(interval_s):
+                self.send_heartbeat({})
+
+        thread = threading.Thread(target=beat, name="sluice-heartbeats", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join()
 
     def refuses_an_earlier_registration(self, error: Message) -> bool:
         """Whether an ERROR refuses a message sent before this host's current registration (a heartbeat queued
@@ -359,9 +407,13 @@ class LearnerLink:
 
     def close(self, reason: str | None = None) -> None:
         """Say goodbye (best effort) and close everything; ``reason`` says why when the host stops because
-        something failed (the learner counts it as a failed host), None for a normal stop."""
-        self.send_control(MessageType.BYE, None if reason is None else {"reason": reason})
+        something failed (the learner counts it as a failed host), None for a normal stop.
+
+        The data socket closes first (rows it still queues are dropped), then the BYE goes out: no row leaves this
+        host after its BYE, so the learner drops this host's token only after the last row was sent (rows still in
+        the network then reach a learner that knows the host left)."""
         self.close_streams()
+        self.send_control(MessageType.BYE, None if reason is None else {"reason": reason})
         self.control.close(linger=100)
         if self.refusals is not None:
             self.refusals.close(linger=0)

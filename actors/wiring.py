@@ -80,7 +80,7 @@ def run_host(options: HostOptions, stop: StopFlag) -> int:
     for name in remove_stale_segments():
         LOG.info("removed stale shared memory %s", name)
     with ExitStack() as resources:
-        resources.callback(lambda: print(f"actors: stopped ({stop.reason or 'done'})", flush=True))
+        resources.push(_say_stopped(stop))
         metrics = HostMetrics(new_registry("actor_host"))
         endpoint = MetricsEndpoint(host=options.metrics_host, port=options.metrics_port, registry=metrics.registry,
                                    setting="--metrics-port PORT")
@@ -92,11 +92,22 @@ def run_host(options: HostOptions, stop: StopFlag) -> int:
         registration = link.register(retry_s=1.0, should_stop=stop.is_set)
         if registration is not None:
             metrics.registered()
+        elif link.shutdown_reason is not None:
+            stop.request(f"learner: {link.shutdown_reason}")
         while registration is not None:  # another registration: the learner now runs a different config
             with ExitStack() as parts:
-                registration = build_host(registration, link, options=options, stop=stop, resources=parts,
-                                          metrics=metrics).run()
+                with link.heartbeats_meanwhile(_heartbeat_interval_s(registration)):  # building takes seconds
+                    host = build_host(registration, link, options=options, stop=stop, resources=parts,
+                                      metrics=metrics)
+                registration = host.run()
         return 0
+
+
+def _heartbeat_interval_s(registration: Registration) -> float:
+    """The learner's network.heartbeat_interval_s, as its registration's config says (the default without one)."""
+    network = registration.config.get("network")
+    interval = network.get("heartbeat_interval_s") if isinstance(network, dict) else None
+    return float(interval) if isinstance(interval, (int, float)) and interval > 0 else 1.0
 
 
 def _announce_metrics(endpoint: MetricsEndpoint) -> None:
@@ -105,6 +116,17 @@ def _announce_metrics(endpoint: MetricsEndpoint) -> None:
     if endpoint.host in WILDCARD_HOSTS or not is_loopback(endpoint.host):
         print(f"actors: warning: /metrics binds {endpoint.address}, beyond loopback: plain HTTP without "
               "authentication, readable by anyone who reaches that address", flush=True)
+
+
+def _say_stopped(stop: StopFlag) -> Callable[[type[BaseException] | None, BaseException | None,
+                                               TracebackType | None], bool]:
+    """The exit callback that says why the host stopped; nothing when an error stops it (the error line says why,
+    and it is the host's last line)."""
+    def say(_kind: type[BaseException] | None, error: BaseException | None, _trace: TracebackType | None) -> bool:
+        if error is None:
+            print(f"actors: stopped ({stop.reason or 'done'})", flush=True)
+        return False
+    return say
 
 
 def _say_goodbye(link: LearnerLink) -> Callable[[type[BaseException] | None, BaseException | None,
@@ -140,6 +162,7 @@ def build_host(registration: Registration, link: LearnerLink, *, options: HostOp
         team.load(registration.version, registration.weights)
         assembler = RowAssembler.for_layout(row_layout(spec, horizon=horizon, state_size=0, team=True),
                                             num_agents=layout.total_envs, num_rows=2 * layout.total_envs + rows_buffered)
+        assembler.warm_up()
         stepper: GroupStepper = TeamStepper(env_spec=spec, layout=layout, inference=team, assembler=assembler,
                                             metrics=metrics)
         alternation = None
@@ -150,6 +173,7 @@ def build_host(registration: Registration, link: LearnerLink, *, options: HostOp
         assembler = RowAssembler.for_layout(row_layout(spec, horizon=horizon, state_size=inference.state_size),
                                             num_agents=layout.total_slots,
                                             num_rows=2 * layout.total_slots + rows_buffered)
+        assembler.warm_up()  # numba compiles now, not at the host's first steps
         alternation = (_opponent_alternation(config, spec, layout, endpoint=options.pool or options.learner,
                                              sender=link.name, seed=seed, curve=options.curve, resources=resources)
                        if config.selfplay.enabled else None)
@@ -181,5 +205,7 @@ def _opponent_alternation(config: RunConfig, spec: EnvSpec, layout: SlotLayout, 
     resources.callback(client.close)
     cache = OpponentCache(spec, config.model, capacity=config.selfplay.cache_size, fetch=client.snapshot, seed=seed)
     opponents = Opponents(num_envs=layout.total_envs, num_agents=spec.num_agents, cache=cache)
-    return OpponentAlternation(client=client, opponents=opponents,
-                               steps_per_alternation=config.selfplay.alternation_steps * layout.total_envs)
+    alternation = OpponentAlternation(client=client, opponents=opponents,
+                                      steps_per_alternation=config.selfplay.alternation_steps * layout.total_envs)
+    resources.callback(lambda: LOG.info("%s", alternation.summary()))
+    return alternation
