@@ -32,6 +32,10 @@ class EnvConfig:
     called with kwargs)."""
     kwargs: dict[str, Any] = field(default_factory=dict)
     """Extra keyword arguments for the env constructor (gymnasium.make, the entry point, or a built-in env)."""
+    tokens: dict[str, int] = field(default_factory=dict)
+    """An adapted env's observation is a padded token list: {num_locations, num_features, pad_value} declares its
+    layout (obs [L, 3] integer rows of location, feature id, value; a row whose location is pad_value is padding),
+    so model.encoder auto picks the token encoder; {} (the default): not declared."""
     num_agents: PositiveInt = 1
     """Agents per environment (1 for single-agent envs)."""
     obs_width: PositiveInt = 11

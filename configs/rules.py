@@ -169,6 +169,20 @@ def _evaluation_selfplay(v: Values) -> str | None:
     return None
 
 
+# ---------------------------------------------------------------- env: a declared token layout
+
+TOKEN_KEYS = ("num_locations", "num_features", "pad_value")
+"""The keys of env.tokens (envs.base.TokenLayout's fields)."""
+
+
+def _token_layout_keys(v: Values) -> str | None:
+    tokens = v["env.tokens"]
+    if tokens and set(tokens) != set(TOKEN_KEYS):
+        return (f"env.tokens declares a token layout with exactly the keys {', '.join(TOKEN_KEYS)}; got "
+                f"{', '.join(sorted(tokens))}")
+    return None
+
+
 RULES: tuple[Rule, ...] = (
     Rule(keys=("selfplay.enabled", "env.num_agents"), check=_selfplay_seats),
     Rule(keys=("selfplay.enabled", "model.core"), check=_selfplay_core),
@@ -185,5 +199,6 @@ RULES: tuple[Rule, ...] = (
     Rule(keys=("evaluation.baselines",), check=_evaluation_baselines),
     Rule(keys=("evaluation.interval_updates", "env.name"), check=_evaluation_env),
     Rule(keys=("evaluation.interval_updates", "selfplay.enabled"), check=_evaluation_selfplay),
+    Rule(keys=("env.tokens",), check=_token_layout_keys),
 )
 """Every cross-key config rule, in the order the loader runs them (the first broken one is reported)."""

@@ -8,13 +8,14 @@ builds a user's env in its own process.
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
 from configs.env_config import ENV_NAMES, EnvConfig
 from envs.adapters.table import ADAPTERS
-from envs.base import EnvSpec, VecEnv
+from envs.base import EnvSpec, TokenLayout, VecEnv
 from envs.builtin.table import BUILTIN_ENVS
 from envs.errors import EnvConfigError, EnvRaised
 
@@ -48,6 +49,9 @@ def _declared_spec(cfg: EnvConfig) -> EnvSpec | None:
     builtin = BUILTIN_ENVS.get(cfg.name)
     if builtin is None:
         return None
+    if cfg.tokens:
+        raise EnvConfigError(f"env.tokens declares the token layout of an adapted env; the built-in env "
+                             f"{cfg.name!r} declares its own observations: drop env.tokens")
     spec = builtin.spec(cfg)
     _check_agents(cfg, spec)
     return spec
@@ -93,10 +97,33 @@ def _make_external(cfg: EnvConfig, num_envs: int) -> VecEnv:
     env = adapter.make(cfg, num_envs)
     try:
         _check_agents(cfg, env.spec)
+        spec = with_token_layout(cfg, env.spec)
+        if spec is not env.spec:
+            try:
+                env.spec = spec
+            except AttributeError as err:  # a native env whose spec is a read-only property
+                raise EnvConfigError(f"env.tokens: env '{env_label(cfg)}' has a read-only .spec; declare the "
+                                     f"layout in its EnvSpec (tokens=TokenLayout(...)) instead") from err
     except EnvConfigError:
         env.close()
         raise
     return env
+
+
+def with_token_layout(cfg: EnvConfig, spec: EnvSpec) -> EnvSpec:
+    """``spec`` with the token layout ``env.tokens`` declares (unchanged when it declares none); EnvConfigError when
+    the env's observations cannot hold it, or the env declares another one itself."""
+    if not cfg.tokens:
+        return spec
+    layout = TokenLayout(**cfg.tokens)
+    if spec.tokens is not None and spec.tokens != layout:
+        raise EnvConfigError(f"env.tokens {cfg.tokens} but env '{env_label(cfg)}' declares its own token layout "
+                             f"{dataclasses.asdict(spec.tokens)}: drop env.tokens or make them agree")
+    try:
+        layout.check_obs(spec.obs_shape, spec.obs_dtype)
+    except EnvConfigError as err:
+        raise EnvConfigError(f"env.tokens: env '{env_label(cfg)}': {err}") from err
+    return dataclasses.replace(spec, tokens=layout)
 
 
 def make_vec_env(cfg: EnvConfig, num_envs: int) -> VecEnv:

@@ -159,16 +159,22 @@ def describe(config: RunConfig, spec: EnvSpec) -> list[str]:
     layout = row_layout(spec, horizon=config.trainer.bptt_horizon + 1, state_size=state_size, team=team)
     row_bytes = sum(int(np.prod(s.shape[1:], dtype=np.int64)) * np.dtype(s.dtype).itemsize
                     for s in layout.specs().values())
-    return [f"env: {env_label(config.env)}, {spec.num_agents} agent(s) per env",
-            f"observation: shape {list(spec.obs_shape)} {spec.obs_dtype}"
-            + (f", image layout {spec.image_layout}" if spec.image_layout else "")
-            + (", token list" if spec.tokens is not None else ""),
-            f"action: {action.kind} {bounds}" + (", with action masks" if spec.action_mask else ""),
-            f"global state: {spec.state_size} values" if spec.state_size else "global state: none",
-            f"episode statistics: {', '.join(spec.episode_stats) or 'none'}",
-            f"encoder (model.encoder {config.model.encoder}): {encoder_kind(spec, config.model)}",
-            f"one row on the wire: {row_bytes} bytes ({config.trainer.bptt_horizon + 1} steps"
-            + (", one per env with all its agents" if team else ", one agent") + ")"]
+    lines = [f"env: {env_label(config.env)}, {spec.num_agents} agent(s) per env",
+             f"observation: shape {list(spec.obs_shape)} {spec.obs_dtype}"
+             + (f", image layout {spec.image_layout}" if spec.image_layout else "")
+             + (", token list" if spec.tokens is not None else ""),
+             f"action: {action.kind} {bounds}" + (", with action masks" if spec.action_mask else ""),
+             f"global state: {spec.state_size} values" if spec.state_size else "global state: none",
+             f"episode statistics: {', '.join(spec.episode_stats) or 'none'}",
+             f"encoder (model.encoder {config.model.encoder}): {encoder_kind(spec, config.model)}",
+             f"one row on the wire: {row_bytes} bytes ({config.trainer.bptt_horizon + 1} steps"
+             + (", one per env with all its agents" if team else ", one agent") + ")"]
+    if spec.tokens is None and len(spec.obs_shape) == 2 and spec.obs_shape[1] == 3 \
+            and np.dtype(spec.obs_dtype).kind in "iu":
+        lines.append("note: integer [L, 3] observations may be a padded token list (location, feature id, value); "
+                     "if they are, declare it: env.tokens {num_locations, num_features, pad_value} "
+                     "(docs/ENVIRONMENTS.md, token observations)")
+    return lines
 
 
 def vector_size(config: RunConfig) -> int:

@@ -63,6 +63,9 @@ BROKEN = [
     (["evaluation.interval_updates=1", "env.name=connect_four"],
      "evaluation.interval_updates > 0 evaluates the opponent pool's snapshots: selfplay.enabled must be true (or set "
      "evaluation.interval_updates: 0)"),
+    (["env.tokens.num_locations=9", "env.tokens.pad_value=255"],
+     "env.tokens declares a token layout with exactly the keys num_locations, num_features, pad_value; got "
+     "num_locations, pad_value"),
 ]
 """Overrides on defaults.yaml that break one rule, and that rule's message (the loader puts "config: " in front)."""
 
