@@ -454,7 +454,7 @@ def test_set_reaches_inside_a_mapping_valued_key(tmp_path):
 def test_set_inside_a_key_that_is_not_a_mapping_is_an_error():
     assert config_error("env.num_agents.x=1") == ("--set env.num_agents.x=1: 'env.num_agents' is not a mapping, so it "
                                                   "has no keys inside it; keys that hold a mapping: env.kwargs, "
-                                                  "selfplay.baseline_opponents")
+                                                  "env.tokens, selfplay.baseline_opponents")
     err = config_error("env.kwargs.n=6", "env.kwargs.n.m=1")
     assert "'env.kwargs.n' is 6, not a mapping" in err
     assert "unknown key 'env.kwarg'" in config_error("env.kwarg.n=6")
