@@ -58,7 +58,7 @@ class ActionDistribution:
         self.dims = len(space.low)
 
     # -- discrete kinds ------------------------------------------------------------------------------------
-    def _log_probs(self, params: torch.Tensor, mask: torch.Tensor | None) -> list[torch.Tensor]:
+    def component_log_probs(self, params: torch.Tensor, mask: torch.Tensor | None) -> list[torch.Tensor]:
         """Per-component log-softmax [..., nvec[i]] after masking."""
         out = []
         offset = 0
@@ -88,7 +88,7 @@ class ActionDistribution:
             actions = mean + log_std.exp() * noise
             return actions.to(torch.float32), self.log_prob(params, mask, actions)
         picks, logprob = [], torch.zeros(params.shape[:-1], device=params.device)
-        for logp in self._log_probs(params, mask):
+        for logp in self.component_log_probs(params, mask):
             choice = torch.multinomial(logp.exp(), 1, generator=generator)
             logprob = logprob + logp.gather(-1, choice).squeeze(-1)
             picks.append(choice.squeeze(-1))
@@ -99,7 +99,7 @@ class ActionDistribution:
         """The most probable actions [n, *space.shape]: per-component argmax of the masked logits, or the mean."""
         if self.continuous:
             return params[..., :self.dims].to(torch.float32)
-        picks = [logp.argmax(dim=-1) for logp in self._log_probs(params, mask)]
+        picks = [logp.argmax(dim=-1) for logp in self.component_log_probs(params, mask)]
         actions = picks[0] if self.space.kind == "discrete" else torch.stack(picks, dim=-1)
         return actions.to(torch.int32)
 
@@ -110,7 +110,7 @@ class ActionDistribution:
             z = (actions.to(mean.dtype) - mean) * torch.exp(-log_std)
             return (-0.5 * z * z - log_std - 0.5 * _LOG_2PI).sum(-1)
         total = torch.zeros(params.shape[:-1], device=params.device)
-        for logp, action in zip(self._log_probs(params, mask), self._components(actions)):
+        for logp, action in zip(self.component_log_probs(params, mask), self._components(actions)):
             total = total + logp.gather(-1, action.unsqueeze(-1)).squeeze(-1)
         return total
 
@@ -118,7 +118,7 @@ class ActionDistribution:
         """Entropy [...] (summed over components / dimensions)."""
         if self.continuous:
             return (params[..., self.dims:] + 0.5 + 0.5 * _LOG_2PI).sum(-1)
-        return sum(-(logp.exp() * logp).sum(-1) for logp in self._log_probs(params, mask))
+        return sum(-(logp.exp() * logp).sum(-1) for logp in self.component_log_probs(params, mask))
 
     def kl(self, params: torch.Tensor, ref_params: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         """KL(pi || pi_ref) [...], exact, both under the same mask."""
@@ -128,5 +128,5 @@ class ActionDistribution:
             var_ratio = torch.exp(2 * (log_std - ref_log_std))
             mean_term = (mean - ref_mean) ** 2 * torch.exp(-2 * ref_log_std)
             return (ref_log_std - log_std + 0.5 * (var_ratio + mean_term - 1)).sum(-1)
-        pairs = zip(self._log_probs(params, mask), self._log_probs(ref_params, mask))
+        pairs = zip(self.component_log_probs(params, mask), self.component_log_probs(ref_params, mask))
         return sum((logp.exp() * (logp - ref_logp)).sum(-1) for logp, ref_logp in pairs)
