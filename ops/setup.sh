@@ -22,11 +22,13 @@ if [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ] \
   echo "$want" > "$STAMP"
 fi
 # System tools the tests use for real (the two-host test captures traffic between network namespaces, the
-# partition test cuts the link between them with nftables).
+# partition test cuts the link between them with nftables, the Slurm test starts a one-node Slurm with munge).
 # As root (CI), a missing one is installed from Debian's packages; otherwise the test that needs it says so.
 missing=()
-for tool in tcpdump:tcpdump ip:iproute2 nft:nftables promtool:prometheus; do
-  command -v "${tool%%:*}" >/dev/null 2>&1 || missing+=("${tool##*:}")
+for tool in tcpdump:tcpdump ip:iproute2 nft:nftables promtool:prometheus munged:munge slurmctld:slurm-wlm \
+    slurmd:slurm-wlm sbatch:slurm-wlm; do
+  command -v "${tool%%:*}" >/dev/null 2>&1 || [ -x "/usr/sbin/${tool%%:*}" ] \
+    || [[ " ${missing[*]-} " == *" ${tool##*:} "* ]] || missing+=("${tool##*:}")
 done
 if [ ${#missing[@]} -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null 2>&1 \
