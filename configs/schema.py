@@ -59,6 +59,22 @@ class RunSection:
     stall_min_s: PositiveFloat = 60.0
     """Never a stall before this many seconds without an update (before the first update: 5 times this, from the
     first host's arrival)."""
+    wandb: bool = False
+    """Also log each update's scalars (those TensorBoard gets), the resolved config and the final checkpoint to
+    Weights & Biases, offline (files in <tracking_dir>/wandb/; WANDB_MODE set in the environment wins): needs the
+    tracking extra (learner/monitor/tracking.py)."""
+    mlflow: bool = False
+    """Also log them to MLflow (mlflow_tracking_uri; default a file store in <tracking_dir>/mlruns): needs the
+    tracking extra."""
+    tracking_dir: str = ""
+    """Where W&B's offline files and MLflow's file store go; empty: the run directory (a relative path is taken
+    from the directory the learner starts in)."""
+    wandb_project: str = "sluice"
+    """W&B project of the run, not empty (the run's name is its directory's)."""
+    mlflow_experiment: str = "sluice"
+    """MLflow experiment the run is logged under, not empty (made if missing)."""
+    mlflow_tracking_uri: str = ""
+    """MLflow tracking URI (file:..., sqlite:///..., http://...); empty: file:<tracking_dir>/mlruns."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -25,7 +25,7 @@ from configs.schema import RunConfig
 from learner.serve.addresses import AddressError, learner_addresses
 from learner.build import build_learner
 from learner.update.batch import to_batch
-from learner.run.checkpoint import TrainerState, save_checkpoint
+from learner.run.checkpoint import TrainerState, list_checkpoints, save_checkpoint
 from learner.monitor.evaluation_results import EVALUATION_RESULTS, ResultsTail
 from learner.monitor.evaluator_process import EvaluatorProcess
 from learner.serve.ingest import Ingest
@@ -37,6 +37,7 @@ from learner.monitor.progress import ProgressLine, ProgressMode
 from learner.monitor.prometheus_metrics import LearnerMetrics, RunCounts
 from learner.monitor.metrics_log import MetricsLog
 from learner.monitor.metrics_record import Lap, RunClock, outcome_rates
+from learner.monitor.tracking import Tracking, check_tracking
 from learner.monitor.update_report import UpdateReport
 from learner.monitor.metrics_endpoint import announce_metrics, open_metrics_endpoint
 from learner.ranks.distributed import CollectiveTimeout
@@ -66,6 +67,7 @@ class Learner:
         """``progress_mode``: how the console shows progress (learner.monitor.progress.ProgressMode); ``ranks``: rank 0 of a
         data-parallel learner under torchrun (None: the single learner process); ``resume_from``: the checkpoint
         the command line chose (None: the newest intact one)."""
+        check_tracking(config.run)  # W&B / MLflow switched on but not installed: one line, before anything starts
         self.config = config
         self.ranks = ranks
         self.lockstep: LeaderLockstep | None = None
@@ -81,6 +83,7 @@ class Learner:
                                                                                chosen=self._announce_resume))
         self.device, self.spec, self.plan, self.algorithm = setup.device, setup.spec, setup.plan, setup.algorithm
         self.state = setup.checkpoint.trainer_state if setup.checkpoint is not None else TrainerState()
+        self.resumed = setup.checkpoint is not None
         self.stop = threading.Event()
         self.stop_reason = ""
         self.exit_code = 0
@@ -140,7 +143,9 @@ class Learner:
         report = UpdateReport(metrics=metrics, progress=self.progress, prometheus=self.prometheus,
                               evaluator=self.evaluator, evaluations=ResultsTail(self.run_dir / EVALUATION_RESULTS),
                               samples_per_update=self.plan.segments * self.config.trainer.bptt_horizon
-                              * (1 if self.ranks is None else self.ranks.world_size))
+                              * (1 if self.ranks is None else self.ranks.world_size),
+                              tracking=Tracking.start(self.config, self.run_dir, resume=self.resumed,
+                                                      say=self.progress.event))
         policy = self.algorithm.policy
         ingest.set_policy_version(self.state.policy_version)
         ingest.resume_totals(env_steps=self.state.env_steps, agent_steps=self.state.agent_steps,
@@ -186,6 +191,7 @@ class Learner:
                 self.zap.stop()
             context.term()
             report.metrics.close()
+            self._finish_tracking(report.tracking)
             console.close()
         return self.exit_code
 
@@ -276,6 +282,15 @@ class Learner:
                 self._save()
             except RunFilesError as err:
                 self._files_failed(err)
+
+    def _finish_tracking(self, tracking: Tracking) -> None:
+        """W&B / MLflow: the newest intact checkpoint (the final one, unless none could be written) as an artifact,
+        then their runs closed with the run's exit code (a failure there is a warning: learner/monitor/tracking.py)."""
+        try:
+            checkpoints = list_checkpoints(self.run_dir)
+        except OSError:
+            checkpoints = []
+        tracking.finish(checkpoint=checkpoints[-1] if checkpoints else None, exit_code=self.exit_code)
 
     def _files_failed(self, err: OSError | RunFilesError) -> None:
         """A run file cannot be written (a disk error; any other OSError propagates): one line naming it, then the

@@ -34,6 +34,15 @@ def scalars_of(record: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, 
             yield tag, float(value)
 
 
+def step_scalars(record: dict[str, Any]) -> tuple[int, dict[str, float]] | None:
+    """One record as every scalar logger takes it (TensorBoard here, W&B and MLflow in
+    learner/monitor/tracking.py): its agent_steps and its scalars; None for a record without agent_steps."""
+    step = record.get(STEP_KEY)
+    if not isinstance(step, int) or isinstance(step, bool):
+        return None
+    return step, dict(scalars_of(record))
+
+
 class QuietWriterDiskErrors:
     """A threading.excepthook: TensorBoard's writer thread dying of a disk error is not reported there (the main
     thread's next write or flush raises it again); everything else goes to the hook it was put in front of."""
@@ -65,11 +74,12 @@ class TensorBoardLog:
 
     def write(self, record: dict[str, Any]) -> None:
         """Log one record at its agent_steps (a record without them is skipped); RunFilesError on a disk error."""
-        step = record.get(STEP_KEY)
-        if not isinstance(step, int) or isinstance(step, bool):
+        logged = step_scalars(record)
+        if logged is None:
             return
+        step, scalars = logged
         with writing(self.log_dir):
-            for tag, value in scalars_of(record):
+            for tag, value in scalars.items():
                 self.writer.add_scalar(tag, value, global_step=step)
             self.writer.flush()
 

@@ -1,6 +1,6 @@
-"""What the learner says after each update, in one place: the metrics.jsonl record, the console's progress line,
-the Prometheus figures, the value-head and input-saturation warnings, and the evaluations the evaluator child
-finished since the previous update."""
+"""What the learner says after each update, in one place: the metrics.jsonl record (and its scalars in TensorBoard,
+W&B and MLflow), the console's progress line, the Prometheus figures, the value-head and input-saturation warnings,
+and the evaluations the evaluator child finished since the previous update."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from learner.monitor.health import ValueHealthMonitor
 from learner.monitor.metrics_log import MetricsLog
 from learner.monitor.metrics_record import Lap, metrics_record
 from learner.monitor.progress import ProgressLine
+from learner.monitor.tracking import Tracking
 from learner.monitor.prometheus_metrics import LearnerMetrics
 from learner.run.checkpoint import TrainerState
 from learner.serve.control import ControlCounts
@@ -26,10 +27,13 @@ class UpdateReport:
     """Reports every update of one run."""
 
     def __init__(self, *, metrics: MetricsLog, progress: ProgressLine, prometheus: LearnerMetrics,
-                 evaluator: EvaluatorProcess | None, evaluations: ResultsTail, samples_per_update: int) -> None:
+                 evaluator: EvaluatorProcess | None, evaluations: ResultsTail, samples_per_update: int,
+                 tracking: Tracking | None = None) -> None:
         """``evaluator``: the child evaluating pool snapshots (None without evaluation during training), whose
-        results ``evaluations`` reads; ``samples_per_update``: agent steps one update trains on (all ranks)."""
+        results ``evaluations`` reads; ``samples_per_update``: agent steps one update trains on (all ranks);
+        ``tracking``: W&B / MLflow (learner/monitor/tracking.py; None: off)."""
         self.metrics = metrics
+        self.tracking = tracking if tracking is not None else Tracking([])
         self.progress = progress
         self.prometheus = prometheus
         self.evaluator = evaluator
@@ -49,6 +53,7 @@ class UpdateReport:
                                 hosts=hosts, selfplay=selfplay, update_s=update_s, clients_refused=clients_refused)
         record.update(self._read_evaluations(stopping=stopping))
         self.metrics.write(record)
+        self.tracking.log(record)
         self.prometheus.observe_update(record=record, update_metrics=update_metrics, update_s=update_s,
                                        samples=self.samples_per_update)
         health = self.value_health.observe(explained_variance=update_metrics.get("explained_variance"),
