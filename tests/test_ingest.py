@@ -247,7 +247,7 @@ def test_rows_without_a_registered_token_are_dropped_counted_by_reason_and_logge
     push.send_multipart(encode(rows_message([10, 10], marker=1.0, token="b" * 32)))
     push.send_multipart(encode(rows_message([10, 10], marker=1.0, token=TOKEN)))
     assert wait_for(lambda: thread.counters.totals().rows_received == 2, 10)
-    thread.registry.remove(TOKEN)  # the host said BYE: its rows are refused from now on
+    thread.registry.remove(TOKEN)  # the host said BYE: its rows are dropped from now on (as rows of a host that left)
     for _ in range(2):
         push.send_multipart(encode(rows_message([10] * SEGMENTS, marker=1.0)))
     assert wait_for(lambda: sum(thread.counters.totals().messages_dropped.values()) == 4, 10)
@@ -256,7 +256,8 @@ def test_rows_without_a_registered_token_are_dropped_counted_by_reason_and_logge
     index = full_slot(thread)
     assert thread.slots.buffers[index].arrays["rewards"][:, 0].tolist() == [1.0, 2.0, 5.0, 6.0, 7.0, 8.0]
     snapshot = thread.counters.take_snapshot()
-    assert snapshot.messages_dropped_by_reason == {"not_registered": 4} and snapshot.messages_dropped == 4
+    assert snapshot.messages_dropped_by_reason == {"not_registered": 2, "host_left": 2}
+    assert snapshot.messages_dropped == 4
     assert snapshot.env_steps == 2 + SEGMENTS  # nothing of a refused message is counted
     lines = [r.getMessage() for r in caplog.records if "refused a ROWS message" in r.getMessage()]
     assert len(lines) == 1 and "(not_registered)" in lines[0] and "'test'" in lines[0]

@@ -208,6 +208,17 @@ def test_a_drop_rise_left_unsaid_is_said_on_close():
     assert said == ["dropped 1 message", "dropped 3 messages"]
 
 
+def test_late_rows_of_hosts_that_left_are_no_drop_to_report():
+    """A host's normal stop leaves rows in flight that arrive after its BYE: counted under host_left, not said."""
+    line, clock, out = make("quiet")
+    line.update(record(1, 1_000, messages_dropped=5, messages_dropped_by_reason={"host_left": 5}))
+    clock.now = 20.0
+    line.update(record(2, 2_000, messages_dropped=7, messages_dropped_by_reason={"host_left": 5,
+                                                                                "not_registered": 2}))
+    line.close()
+    assert out.getvalue().splitlines() == ["dropped 2 messages"]
+
+
 @pytest.mark.parametrize("mode", ["live", "plain", "quiet"])
 def test_none_and_missing_values_do_not_crash(mode):
     line, clock, out = make(mode, stream=TtyStream())

@@ -36,6 +36,8 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
+from learner.serve.ingest_counters import HOST_LEFT
+
 MAX_LINE_CHARS = 119
 """The longest progress line, in characters (under 120)."""
 
@@ -390,6 +392,9 @@ class ProgressLine:
             value = _finite(record, key)
             if value is not None:
                 self.drops_seen[key] = int(value)
+        if _finite(record, "messages_dropped") is not None:  # late rows of hosts that left are no refusal
+            by_reason = record.get("messages_dropped_by_reason") or {}
+            self.drops_seen["messages_dropped"] -= int(by_reason.get(HOST_LEFT, 0))
         rises = {key: self.drops_seen[key] - self.drops_reported[key] for key, _, _ in DROP_COUNTERS}
         if not any(rise > 0 for rise in rises.values()):
             return

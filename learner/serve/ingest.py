@@ -10,9 +10,10 @@ token in the ``SenderRegistry``, under the CURVE key that host registered with),
 rows_per_message rows, match the row table's specs, and hold only values a real host produces
 (``learner/serve/row_checks.py``). A refused message is counted under exactly one reason and logged at most once per
 reason per 10 s (``protocol/reject_log.py``). Rows carrying the token of a registration that is gone (the host
-said BYE, was forgotten or registered anew: rows already on their way) are counted as not_registered like any
-refused message but logged as the normal event they are, at INFO ("late rows from actor host 'x', which left
-(N messages dropped)"); a token never registered stays a refusal.
+said BYE, was forgotten or registered anew: rows already on their way) are counted under their own reason,
+``host_left`` (HOST_LEFT), which the console's drop summary and the dropped-messages alert leave out, and logged as the
+normal event they are, at INFO ("late rows from actor host 'x', which left (N messages dropped)"); a token never
+registered stays a refusal (not_registered).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from envs.base import EnvSpec
 from envs.rows import row_layout
 from learner.serve.batch_slots import BatchSlots
 from learner.serve.control import curve_key_of
-from learner.serve.ingest_counters import IngestCounters
+from learner.serve.ingest_counters import HOST_LEFT, IngestCounters
 from learner.serve.row_checks import HostReport, RowRules, check_rows, read_report
 from learner.serve.senders import Sender, SenderRegistry
 from protocol.curve import ServerCurve
@@ -178,11 +179,12 @@ class Ingest(threading.Thread):
             sender = message.sender
             report = self._check(message, frames)
         except ProtocolError as err:
-            self.counters.refused(err.reason, nbytes)
             gone = self._gone(err, message, frames)
             if gone is not None:
+                self.counters.refused(HOST_LEFT, nbytes)
                 self.rejects.expected(gone.token, f"late rows from actor host {peer_text(gone.name)}, which left")
             else:
+                self.counters.refused(err.reason, nbytes)
                 self.rejects.reject(err.reason, err.message, sender=sender)
             return None
         lag = self._policy_version - message.arrays["versions"]

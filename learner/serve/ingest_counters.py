@@ -28,6 +28,9 @@ RECENT = 100
 COUNTS: tuple[str, ...] = (*STEP_COUNTS, "episodes", "rows_received", "bytes_received")
 """The cumulative counts: env steps, agent steps and env restarts as the hosts report them, episodes finished, rows
 accepted into a batch, bytes of data messages (accepted or refused)."""
+HOST_LEFT = "host_left"
+"""The drop reason of rows a host sent before its registration ended (BYE, silence, a new registration): a normal
+stop's rows in flight, not a refusal (the console's drop summary and the dropped-messages alert leave it out)."""
 COUNTS_BY_REASON: tuple[str, ...] = ("rows_dropped", "messages_dropped")
 """The cumulative counts by reason: rows dropped (stale, future), messages refused (the protocol's and row_checks'
 reasons, not_registered, identity_mismatch, too_large; each message under exactly one)."""
