@@ -18,7 +18,6 @@ Every problem is an ``OpponentError`` whose message starts with ``--opponent`` a
 
 from __future__ import annotations
 
-import importlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ from typing import Any
 
 from configs.baselines import BASELINE_FORMS, baseline_strength
 from configs.schema import RunConfig
+from envs.adapters.entry_point import import_attribute
 from envs.base import EnvSpec
 from evaluation.arena import Player, PolicyPlayer, baseline_player
 from learner.pool.store import INDEX_NAME, Snapshot, SnapshotStore, SnapshotStoreError
@@ -149,18 +149,7 @@ def entry_point_player(text: str) -> Any:
     if (":" in attr_path or not all(a.isidentifier() for a in attrs)
             or not all(part.isidentifier() for part in module_name.split("."))):
         raise OpponentError(f"--opponent {text!r} is not an opponent; use {FORMS}")
-    try:
-        target: Any = importlib.import_module(module_name)
-    except ImportError as err:
-        raise OpponentError(f"--opponent {text!r}: module {module_name!r} cannot be imported: {err}") from err
-    except Exception as err:  # a module that fails while running its top level
-        raise OpponentError(f"--opponent {text!r}: importing module {module_name!r} raised {err!r}") from err
-    for depth, attr in enumerate(attrs):
-        try:
-            target = getattr(target, attr)
-        except AttributeError as err:
-            owner = ".".join([module_name, *attrs[:depth]])
-            raise OpponentError(f"--opponent {text!r}: {owner!r} has no attribute {attr!r}") from err
+    target = import_attribute(module_name, attrs, where=f"--opponent {text!r}", error=OpponentError)
     if not callable(target):
         raise OpponentError(f"--opponent {text!r} is not callable (its type is {type(target).__name__})")
     try:

@@ -15,6 +15,24 @@ from envs.errors import EnvConfigError
 EXAMPLE = "mpe2.simple_spread_v3:parallel_env"
 
 
+def import_attribute(module_name: str, attrs: list[str], *, where: str, error: type[Exception]) -> Any:
+    """The object at ``module_name`` then the attribute path ``attrs``; ``error`` naming ``where`` when the module
+    cannot be imported (or raises while it runs) or an attribute is missing."""
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise error(f"{where}: module {module_name!r} cannot be imported: {exc}") from exc
+    except Exception as exc:  # a module that fails while running its top level is the caller's error too
+        raise error(f"{where}: importing module {module_name!r} raised {exc!r}") from exc
+    for depth, attr in enumerate(attrs):
+        try:
+            obj = getattr(obj, attr)
+        except AttributeError as exc:
+            owner = ".".join([module_name, *attrs[:depth]])
+            raise error(f"{where}: {owner!r} has no attribute {attr!r}") from exc
+    return obj
+
+
 def resolve_entry_point(text: str, *, env_name: str) -> Callable[..., Any]:
     """The callable ``text`` ('module:callable' or 'module:attr.attr') names; ValueError if it cannot be had."""
     where = f"env.entry_point {text!r} (env '{env_name}')"
@@ -24,18 +42,7 @@ def resolve_entry_point(text: str, *, env_name: str) -> Callable[..., Any]:
             or not all(part.isidentifier() for part in module_name.split("."))):
         raise EnvConfigError(f"{where} must look like 'module:callable' (a dotted module path, a colon, then an "
                          f"attribute path), e.g. {EXAMPLE!r}")
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise EnvConfigError(f"{where}: module {module_name!r} cannot be imported: {exc}") from exc
-    except Exception as exc:  # a module that fails while running its top level is a config error too
-        raise EnvConfigError(f"{where}: importing module {module_name!r} raised {exc!r}") from exc
-    for depth, attr in enumerate(attrs):
-        try:
-            obj = getattr(obj, attr)
-        except AttributeError as exc:
-            owner = ".".join([module_name, *attrs[:depth]])
-            raise EnvConfigError(f"{where}: {owner!r} has no attribute {attr!r}") from exc
+    obj = import_attribute(module_name, attrs, where=where, error=EnvConfigError)
     if not callable(obj):
         raise EnvConfigError(f"{where}: {module_name}:{attr_path} is not callable (its type is {type(obj).__name__})")
     return obj
