@@ -23,6 +23,8 @@ EXIT_CODES_HELP = ("exit codes: 0 the learner ended the run; 130 / 143 (128 + th
                    "SIGINT / SIGTERM;\n1 an error at run time (env, workers, pool server); 2 a usage or config "
                    "error, or a learner that refuses this host")
 KEY_OPTIONS = "--curve-server-key server.key --curve-client-key NAME.key_secret"
+DEVICES = ("cpu", "cuda")
+"""Values of --device."""
 
 
 def package_version() -> str:
@@ -57,6 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
     security.add_argument("--strict-keys", action="store_true",
                           help="refuse to start when --curve-client-key can be read by group or others "
                                "(default: a warning; chmod 600 it)")
+    parser.add_argument("--device", choices=DEVICES, default="cpu",
+                        help="where this host's policy runs its batched forward passes (default cpu; cuda shares "
+                             "the machine's GPU with a learner there)")
     add_metrics_options(parser, port_default=0, port_help="port of this host's /metrics (default 0: a free port; "
                                                           "the learner hands it to Prometheus)")
     parser.add_argument("--null-policy", action="store_true",
@@ -112,8 +117,12 @@ def main(argv: list[str] | None = None) -> int:
     from envs.errors import EnvConfigError
     from telemetry.exporter import MetricsBindError
 
+    if args.device == "cuda" and not (args.null_policy or _cuda_available()):
+        return _fail("--device cuda but torch sees no CUDA device (torch.cuda.is_available() is False); leave "
+                     "--device out to run the policy on the CPU")
     options = wiring.HostOptions(learner=endpoint, num_workers=args.n, null_policy=args.null_policy, pool=pool,
-                                 curve=curve, metrics_host=args.metrics_host, metrics_port=args.metrics_port)
+                                 curve=curve, metrics_host=args.metrics_host, metrics_port=args.metrics_port,
+                                 device=args.device)
     try:
         wiring.run_host(options, stop)
         return stop.exit_code()
@@ -121,6 +130,12 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(str(err))
     except (EnvFailure, PoolError) as err:  # the env or the pool server failed at run time; the reason says how
         return _fail(str(err), code=1)
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def _fail(message: str, code: int = 2) -> int:

@@ -3,6 +3,11 @@
 Feed-forward and recurrent policies share one path: every policy's ``step(obs, state)`` takes and returns
 a per-agent state of ``policy.state_size`` floats (zero width for the MLP). ``NullInference`` is the
 benchmark's null policy: the same interface, uniformly random legal actions, no network.
+
+``Inference(..., device="cuda")`` (``python -m actors --device cuda``) keeps the policy on the GPU: each batch's
+observations, states and masks go over as one copy each, the actions are sampled there (a CUDA generator, seeded
+like the CPU one) and come back as NumPy arrays, so the stepper sees no difference. Batching is unchanged: one
+forward pass per inference step, over every ready env group.
 """
 
 from __future__ import annotations
@@ -36,11 +41,12 @@ class Decisions:
 class HostPolicy:
     """A policy module on an actor host (in eval mode), the version of its weights, and a seeded sampler."""
 
-    def __init__(self, policy: nn.Module, *, seed: int) -> None:
-        self.policy = policy
+    def __init__(self, policy: nn.Module, *, seed: int, device: str = "cpu") -> None:
+        self.device = torch.device(device)
+        self.policy = policy.to(self.device)
         self.policy.eval()
         self.version = 0
-        self.generator = torch.Generator()
+        self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(seed)
 
     def load(self, version: int, arrays: dict[str, np.ndarray]) -> None:
@@ -52,30 +58,39 @@ class HostPolicy:
 class Inference(HostPolicy):
     """The current per-agent policy (``policies.factory.make_policy``), its version, and a seeded sampler."""
 
-    def __init__(self, spec: EnvSpec, model: ModelSection, *, seed: int) -> None:
-        super().__init__(make_policy(spec, model), seed=seed)
+    def __init__(self, spec: EnvSpec, model: ModelSection, *, seed: int, device: str = "cpu") -> None:
+        super().__init__(make_policy(spec, model), seed=seed, device=device)
         self.state_size: int = self.policy.state_size
 
     @torch.no_grad()
     def decide(self, obs: np.ndarray, states: np.ndarray, masks: np.ndarray | None = None) -> Decisions:
         """Sample one action per observation, from each agent's state ``states`` [n, state_size], under
         ``masks`` [n, mask_size] (None or width 0: no masks)."""
-        params, values, new_states = self.policy.step(torch.from_numpy(obs), self._states(states, len(obs)))
-        mask = torch.from_numpy(masks) if masks is not None and masks.shape[-1] else None
+        params, values, new_states = self.policy.step(self._tensor(obs), self._states(states, len(obs)))
+        mask = self._tensor(masks) if masks is not None and masks.shape[-1] else None
         actions, logprobs = self.policy.distribution.sample(params, mask, self.generator)
-        return Decisions(actions=actions.numpy(), logprobs=logprobs.to(torch.float32).numpy(),
-                         values=values.numpy(), states=new_states.numpy())
+        return Decisions(actions=_numpy(actions), logprobs=_numpy(logprobs.to(torch.float32)),
+                         values=_numpy(values), states=_numpy(new_states))
 
     @torch.no_grad()
     def values(self, obs: np.ndarray, states: np.ndarray) -> np.ndarray:
         """Value estimates only (for the final observations of truncated episodes, from their last state)."""
-        return self.policy.step(torch.from_numpy(obs), self._states(states, len(obs)))[1].numpy()
+        return _numpy(self.policy.step(self._tensor(obs), self._states(states, len(obs)))[1])
+
+    def _tensor(self, array: np.ndarray) -> torch.Tensor:
+        """``array`` as a tensor on the policy's device (a view on the CPU, one copy to a GPU)."""
+        return torch.from_numpy(array).to(self.device)
 
     def _states(self, states: np.ndarray, n: int) -> torch.Tensor:
         """Checked float32 tensor view of [n, state_size] states."""
         if states.shape != (n, self.state_size):
             raise ValueError(f"states shape {states.shape} != {(n, self.state_size)}")
-        return torch.from_numpy(np.ascontiguousarray(states, dtype=np.float32))
+        return self._tensor(np.ascontiguousarray(states, dtype=np.float32))
+
+
+def _numpy(tensor: torch.Tensor) -> np.ndarray:
+    """A CPU NumPy array of ``tensor`` (no copy when it is on the CPU already)."""
+    return tensor.cpu().numpy()
 
 
 class NullInference:

@@ -73,6 +73,8 @@ class HostOptions:
     """Address the host's Prometheus endpoint binds (loopback unless asked: it is plain HTTP)."""
     metrics_port: int = 0
     """Its port (0: a free one); the learner learns it at registration and serves it to Prometheus."""
+    device: str = "cpu"
+    """Where the host's policy runs its batched forward passes: cpu or cuda (self-play opponents stay on the CPU)."""
 
 
 def run_host(options: HostOptions, stop: StopFlag) -> int:
@@ -158,6 +160,9 @@ def build_host(registration: Registration, link: LearnerLink, *, options: HostOp
         if options.null_policy:
             raise ConfigError("--null-policy measures PPO's per-agent pipeline; this learner trains trainer.algorithm "
                               "coma, whose hosts act with the team's actors")
+        if options.device != "cpu":
+            raise ConfigError(f"--device {options.device}: the team actors of trainer.algorithm coma run on the CPU "
+                              f"only; leave --device out")
         team = TeamInference(spec, config.coma, seed=seed)
         team.load(registration.version, registration.weights)
         assembler = RowAssembler.for_layout(row_layout(spec, horizon=horizon, state_size=0, team=True),
@@ -168,7 +173,7 @@ def build_host(registration: Registration, link: LearnerLink, *, options: HostOp
         alternation = None
     else:
         inference = (NullInference(spec, seed=seed) if options.null_policy
-                     else Inference(spec, config.model, seed=seed))
+                     else Inference(spec, config.model, seed=seed, device=options.device))
         inference.load(registration.version, registration.weights)
         assembler = RowAssembler.for_layout(row_layout(spec, horizon=horizon, state_size=inference.state_size),
                                             num_agents=layout.total_slots,
@@ -188,7 +193,7 @@ def build_host(registration: Registration, link: LearnerLink, *, options: HostOp
     workers = resources.enter_context(WorkerPool(env_config=config.env, env_spec=spec, layout=layout,
                                                  seed=config.run.seed * 7919 + os.getpid() * 31, poller=poller,
                                                  stop=stop, on_restart=stepper.forget_worker))
-    policy = ", null policy (uniform random actions)" if options.null_policy else ""
+    policy = ", null policy (uniform random actions)" if options.null_policy else f", policy on {options.device}"
     print(f"actors: {layout.workers} workers x {layout.envs_per_worker} envs ({layout.groups} groups) of "
           f"{config.env.name}{policy}, learner {options.learner.url} (as {link.name}"
           f"{', rows to ' + ', '.join(link.data_routes) if link.data_routes else ''})", flush=True)

@@ -8,6 +8,7 @@ import sys
 
 import numpy as np
 import pytest
+import torch
 
 from actors.cli import main
 from actors.shm import ShmSegment, plan_layout, remove_stale_segments, segment_name, SHM_DIR
@@ -164,3 +165,21 @@ def test_a_host_without_a_learner_keeps_saying_where_it_waits(tmp_path):
         assert not descendants(host.pid) and shm_segments(host.pid) == []
     finally:
         kill_tree(host)
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_device_cuda_without_a_gpu_is_refused_in_one_line():
+    result = subprocess.run([sys.executable, "-m", "actors", "--device", "cuda"], cwd=REPO, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "python -m actors: error: --device cuda but torch sees no CUDA device (torch.cuda.is_available() is False); "
+        "leave --device out to run the policy on the CPU"]
+
+
+def test_device_names_the_allowed_values(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--device", "gpu"])
+    assert exit_info.value.code == 2
+    assert "argument --device: invalid choice: 'gpu' (choose from 'cpu', 'cuda')" in capsys.readouterr().err

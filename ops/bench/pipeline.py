@@ -15,8 +15,11 @@ reports in its ROWS messages: the batch size the inference step reaches against
 forward_pass_minibatch_target_size, ms per forward pass and per inference step, and the fraction of time
 env workers wait for actions; plus CPU seconds per process kind, which is where the overhead goes.
 
+``--policy model`` runs the run config's real policy instead (its initial weights; the gridworld's is a CNN), and
+``--actor-device cuda`` runs that policy on the GPU (``python -m actors --device cuda``; ops/bench/gpu_check.sh).
+
 Usage: .venv/bin/python -m ops.bench.pipeline [--envs cartpole grid3 grid24 synthetic20us] [--workers 2]
-[--envs-per-worker N] [--async-factor 1 2] [--seconds 10]
+[--envs-per-worker N] [--async-factor 1 2] [--seconds 10] [--policy null|model] [--actor-device cpu|cuda]
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from learner.serve.host_sizing import HostSizing
 from learner.serve.ingest_counters import host_timing
 from learner.serve.senders import SenderRegistry
 from ops.benchlib import emit
+from policies.factory import make_policy, state_arrays
 from protocol import Limits, MessageType, ProtocolError, decode
 
 REPO = Path(__file__).resolve().parents[2]
@@ -222,8 +226,9 @@ def _cpu_split(host_pid: int) -> dict[str, float]:
 
 
 def measure_pipeline(config: RunConfig, workers: int, seconds: float, warmup_s: float = 3.0,
-                     profile: str | None = None) -> dict:
-    """Agent steps/s of a real null-policy actor host, and what it reports about inference and its workers."""
+                     profile: str | None = None, policy: str = "null", actor_device: str = "cpu") -> dict:
+    """Agent steps/s of a real actor host (``policy`` null: uniform random actions; model: the config's policy, its
+    initial weights, on ``actor_device``), and what it reports about inference and its workers."""
     net = config.network
     limits = Limits(max_message_bytes=net.max_message_bytes)
     context = zmq.Context()
@@ -241,13 +246,14 @@ def measure_pipeline(config: RunConfig, workers: int, seconds: float, warmup_s: 
     control = ControlServer(context=context, endpoint=f"tcp://127.0.0.1:{control_port}", registration=registration,
                             peer_timeout_s=net.peer_timeout_s, limits=limits, stop=stop, registry=SenderRegistry(),
                             sizing=HostSizing(trainer=config.trainer, num_agents=config.env.num_agents))
-    control.set_weights(0, {})
+    control.set_weights(0, {} if policy == "null" else state_arrays(make_policy(env_spec(config.env), config.model)))
     counters = SinkCounters()
     drain = threading.Thread(target=_drain, args=(data, limits, counters, stop), name="sink", daemon=True)
     control.start()
     drain.start()
     python = [sys.executable] + (["-m", "cProfile", "-o", profile] if profile else [])
-    host = subprocess.Popen(python + ["-m", "actors", "--n", str(workers), "--null-policy", "--learner",
+    policy_args = ["--null-policy"] if policy == "null" else ["--device", actor_device]
+    host = subprocess.Popen(python + ["-m", "actors", "--n", str(workers), *policy_args, "--learner",
                              f"tcp://127.0.0.1:{control_port}"], cwd=REPO, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
     try:
@@ -310,6 +316,11 @@ def main() -> None:
                         help="env groups per worker to measure (2 = double buffering)")
     parser.add_argument("--seconds", type=float, default=10.0, help="measurement window of each run")
     parser.add_argument("--pipeline-only", action="store_true", help="skip the raw measurement")
+    parser.add_argument("--policy", choices=("null", "model"), default="null",
+                        help="the host's policy: null (uniform random actions, no network; the default) or model "
+                             "(the run config's policy with its initial weights)")
+    parser.add_argument("--actor-device", choices=("cpu", "cuda"), default="cpu",
+                        help="with --policy model: where the host runs it (python -m actors --device)")
     parser.add_argument("--profile-host", metavar="PATH", default=None,
                         help="run the actor host under cProfile, writing PATH (read it with python -m pstats)")
     args = parser.parse_args()
@@ -321,10 +332,12 @@ def main() -> None:
                       "obs_shape": list(env_spec(config.env).obs_shape), "workers": args.workers,
                       "envs_per_worker": plan.envs_per_worker, "async_factor": async_factor,
                       "forward_pass_minibatch_target_size": config.trainer.forward_pass_minibatch_target_size,
-                      "bptt_horizon": config.trainer.bptt_horizon, "seconds": args.seconds}
+                      "bptt_horizon": config.trainer.bptt_horizon, "seconds": args.seconds,
+                      "policy": args.policy, "actor_device": args.actor_device}
             if not args.pipeline_only:
                 record.update(measure_raw(config, args.workers, args.seconds))
-            record.update(measure_pipeline(config, args.workers, args.seconds, profile=args.profile_host))
+            record.update(measure_pipeline(config, args.workers, args.seconds, profile=args.profile_host,
+                                           policy=args.policy, actor_device=args.actor_device))
             if not args.pipeline_only:
                 record["pipeline_over_raw"] = round(record["pipeline_agent_steps_per_s"] /
                                                     record["raw_agent_steps_per_s"], 3)

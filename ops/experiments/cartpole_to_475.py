@@ -2,8 +2,9 @@
 
 Runs the real learner and one actor host (separate processes, ZeroMQ, shared memory) ``--trials`` times
 and prints one JSON object per trial plus a summary. ``--ranks K`` runs the learner as K ranks under torchrun
-(issue 15) and ``--hosts H`` starts H actor hosts. Usage: .venv/bin/python -m ops.experiments.cartpole_to_475
-[--trials 3] [--curve] [--ranks 2 --hosts 2]
+(issue 15) and ``--hosts H`` starts H actor hosts; ``--device cuda`` runs the learner on the GPU (``--device`` of
+``python -m learner``). Usage: .venv/bin/python -m ops.experiments.cartpole_to_475 [--trials 3] [--curve]
+[--ranks 2 --hosts 2] [--device cuda]
 """
 
 from __future__ import annotations
@@ -42,13 +43,15 @@ def learner_command(ranks: int) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}", "-m", "learner"]
 
 
-def trial(port: int, workers: int, seed: int, curve: bool, *, ranks: int = 1, hosts: int = 1) -> dict:
+def trial(port: int, workers: int, seed: int, curve: bool, *, ranks: int = 1, hosts: int = 1,
+          device: str = "auto") -> dict:
     """One training run (with CURVE on every socket when ``curve``); returns its figures."""
     with tempfile.TemporaryDirectory() as tmp:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         learner_keys, host_keys = curve_options(Path(tmp, "keys")) if curve else ([], [])
         learner = subprocess.Popen([*learner_command(ranks), "--run-dir", f"{tmp}/run", "--set",
-                                    f"network.port={port}", "--set", f"run.seed={seed}", *learner_keys], cwd=REPO,
+                                    f"network.port={port}", "--set", f"run.seed={seed}", "--set", f"run.device={device}",
+                                    *learner_keys], cwd=REPO,
                                    env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         actors = [subprocess.Popen([sys.executable, "-m", "actors", "--n", str(workers), "--learner",
                                     f"tcp://127.0.0.1:{port}", *host_keys], cwd=REPO, env=env,
@@ -62,7 +65,7 @@ def trial(port: int, workers: int, seed: int, curve: bool, *, ranks: int = 1, ho
         lines = metrics.read_text().splitlines() if metrics.exists() else []
         last = json.loads(lines[-1]) if lines else {}
         return {"benchmark": "cartpole_to_475", "seed": seed, "workers": workers, "curve": curve, "ranks": ranks,
-                "hosts": hosts,
+                "hosts": hosts, "device": device,
                 "exit_code": learner.returncode, "solved": match is not None,
                 "final_mean_return": float(match.group(1)) if match else None,
                 "agent_steps": int(match.group(2).replace(",", "")) if match else None,
@@ -79,15 +82,18 @@ def main() -> None:
     parser.add_argument("--curve", action="store_true", help="CURVE on every socket (keys made for the run)")
     parser.add_argument("--ranks", type=int, default=1, help="learner ranks under torchrun (1: python -m learner)")
     parser.add_argument("--hosts", type=int, default=1, help="actor hosts, each with --workers workers")
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                        help="the learner's run.device (default auto: cuda when torch sees one)")
     args = parser.parse_args()
-    results = [trial(args.port, args.workers, seed, args.curve, ranks=args.ranks, hosts=args.hosts)
+    results = [trial(args.port, args.workers, seed, args.curve, ranks=args.ranks, hosts=args.hosts, device=args.device)
                for seed in range(1, args.trials + 1)]
     for result in results:
         print(json.dumps(result))
     solved = [r for r in results if r["solved"]]
     print(json.dumps({"benchmark": "cartpole_to_475_summary", "machine": f"{platform.node()} "
                       f"{os.cpu_count()} cores {platform.processor() or platform.machine()}",
-                      "curve": args.curve, "ranks": args.ranks, "hosts": args.hosts, "trials": len(results),
+                      "curve": args.curve, "ranks": args.ranks, "hosts": args.hosts, "device": args.device,
+                      "trials": len(results),
                       "solved": len(solved),
                       "train_s": sorted(r["train_s"] for r in solved),
                       "env_steps": sorted(r["env_steps"] for r in solved if r["env_steps"] is not None)}))
