@@ -34,6 +34,9 @@ def test_pipeline_bench_reports_raw_pipeline_and_inference_figures() -> None:
     assert record["bench"] == "pipeline" and record["env"] == "synthetic20us" and record["envs_per_worker"] == 8
     assert record["raw_agent_steps_per_s"] > 0 and record["pipeline_agent_steps_per_s"] > 0
     assert record["pipeline_over_raw"] > 0 and record["target"] == 0.8
+    assert record["round"] == 1 and record["load_before_raw"] >= 0 and record["load_before_pipeline"] >= 0
+    assert record["env_cpu_us_per_agent_step"] > 0 and record["cpu_us_per_agent_step_host"] > 0
+    assert 0 < record["predicted_pipeline_over_raw"] < 1 and record["host_max_agent_steps_per_s"] > 0
     assert 0 < record["inference_batch_agents_mean"] <= record["forward_pass_minibatch_target_size"]
     assert 0 <= record["worker_wait_fraction"] <= 1 and record["messages_rejected"] == 0
     assert record["machine"]
@@ -106,3 +109,12 @@ def test_spread_steps_bench_times_the_native_port_and_mpe2() -> None:
     records = run_bench("spread_steps", "--envs", "8", "--seconds", "0.2")
     assert [r["side"] for r in records] == ["native numba", "mpe2 simple_spread_v3"]
     assert all(r["env_steps_per_s"] > 0 and r["machine"] for r in records)
+
+
+def test_overhead_figures_add_up() -> None:
+    from ops.bench.pipeline import overhead_figures
+
+    figures = overhead_figures({"env_cpu_us_per_agent_step": 1.0, "cpu_us_per_agent_step_host": 0.5,
+                                "cpu_us_per_agent_step_sink": 0.1, "cpu_us_per_agent_step_workers": 1.3})
+    assert figures == {"workers_beyond_env_us_per_agent_step": 0.3, "overhead_us_per_agent_step": 0.9,
+                       "predicted_pipeline_over_raw": round(1 / 1.9, 3), "host_max_agent_steps_per_s": 2_000_000}

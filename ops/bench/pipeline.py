@@ -10,7 +10,12 @@ env batches (``async_factor`` groups of ``envs_per_worker / async_factor`` envs 
   ``ControlServer``), then receives and decodes every ROWS message without training on it.
 
 ``pipeline_over_raw = pipeline_agent_steps_per_s / raw_agent_steps_per_s`` (targets: >= 0.8 on the
-20-microsecond synthetic env, >= 0.5 on the gridworld). The pipeline record also carries what the host
+20-microsecond synthetic env, >= 0.5 on the gridworld). That ratio depends on the machine (its cores, its load); the
+figures that do not are CPU-microseconds per agent step: ``env_cpu_us_per_agent_step`` (the raw env's own, ``e``),
+``cpu_us_per_agent_step_{host,workers,sink}`` per process kind, ``workers_beyond_env_us_per_agent_step``, the overhead
+``o = host + sink + workers beyond e``, ``predicted_pipeline_over_raw = e / (e + o)`` (what a CPU-bound machine gives)
+beside the measured ratio, and ``host_max_agent_steps_per_s`` (1e6 / host us: what one host process sustains at 100%
+of its core). ``--rounds N`` measures raw and pipeline in turn N times, each record with the load average before it. The pipeline record also carries what the host
 reports in its ROWS messages: the batch size the inference step reaches against
 forward_pass_minibatch_target_size, ms per forward pass and per inference step, and the fraction of time
 env workers wait for actions; plus CPU seconds per process kind, which is where the overhead goes.
@@ -110,7 +115,7 @@ def _raw_worker(config: RunConfig, groups: int, envs_per_group: int, seed: int, 
         k += 1
     ready.put(os.getpid())
     start.wait()
-    agent_steps, began = 0, time.perf_counter()
+    agent_steps, began, cpu_began = 0, time.perf_counter(), time.process_time()
     while True:
         for g, env in enumerate(envs):
             buffers[g].actions[:] = actions[k % ACTIONS_CYCLE]
@@ -120,9 +125,10 @@ def _raw_worker(config: RunConfig, groups: int, envs_per_group: int, seed: int, 
         elapsed = time.perf_counter() - began
         if elapsed >= seconds:
             break
+    cpu = time.process_time() - cpu_began
     for env in envs:
         env.close()
-    results.put((agent_steps, elapsed))
+    results.put((agent_steps, elapsed, cpu))
 
 
 def measure_raw(config: RunConfig, workers: int, seconds: float) -> dict:
@@ -147,7 +153,9 @@ def measure_raw(config: RunConfig, workers: int, seconds: float) -> dict:
             if proc.is_alive():
                 proc.kill()
                 proc.join()
-    return {"raw_agent_steps_per_s": round(sum(steps / elapsed for steps, elapsed in outcomes))}
+    steps = sum(outcome[0] for outcome in outcomes)
+    return {"raw_agent_steps_per_s": round(sum(steps / elapsed for steps, elapsed, _ in outcomes)),
+            "env_cpu_us_per_agent_step": round(1e6 * sum(outcome[2] for outcome in outcomes) / max(steps, 1), 3)}
 
 
 # -- pipeline: a real actor host with the null policy, and a sink that stands in for the learner -----------
@@ -283,6 +291,9 @@ def measure_pipeline(config: RunConfig, workers: int, seconds: float, warmup_s: 
              for name in last["host_stats"]}
     timing = host_timing(stats)
     cpu = {f"cpu_s_per_s_{kind}": round((cpu_last[kind] - cpu_first[kind]) / elapsed, 2) for kind in cpu_last}
+    agent_steps = max(last["agent_steps"] - first["agent_steps"], 1)
+    cpu_us = {f"cpu_us_per_agent_step_{kind}": round(1e6 * (cpu_last[kind] - cpu_first[kind]) / agent_steps, 3)
+              for kind in cpu_last}
     return {
         "pipeline_agent_steps_per_s": round((last["agent_steps"] - first["agent_steps"]) / elapsed),
         "pipeline_env_steps_per_s": round((last["env_steps"] - first["env_steps"]) / elapsed),
@@ -293,7 +304,22 @@ def measure_pipeline(config: RunConfig, workers: int, seconds: float, warmup_s: 
         "act_ms_per_batch": _round(timing["act_ms_per_batch"], 3),
         "worker_wait_fraction": _round(timing["worker_wait_fraction"], 3),
         **cpu,
+        **cpu_us,
     }
+
+
+def overhead_figures(record: dict) -> dict:
+    """The machine-independent figures of one raw + pipeline pair: the env's own CPU-us per agent step ``e``, the
+    pipeline's overhead ``o`` (host + sink + the workers' CPU beyond ``e``), the ratio ``e / (e + o)`` that a CPU-bound
+    machine predicts for pipeline/raw, and the agent steps/s one host process would sustain at 100% of a core."""
+    env_us = record["env_cpu_us_per_agent_step"]
+    host_us, sink_us = record["cpu_us_per_agent_step_host"], record["cpu_us_per_agent_step_sink"]
+    workers_beyond_env_us = record["cpu_us_per_agent_step_workers"] - env_us
+    overhead_us = host_us + sink_us + workers_beyond_env_us
+    return {"workers_beyond_env_us_per_agent_step": round(workers_beyond_env_us, 3),
+            "overhead_us_per_agent_step": round(overhead_us, 3),
+            "predicted_pipeline_over_raw": round(env_us / (env_us + overhead_us), 3) if env_us + overhead_us > 0 else None,
+            "host_max_agent_steps_per_s": round(1e6 / host_us) if host_us > 0 else None}
 
 
 def _free_port() -> int:
@@ -306,6 +332,24 @@ def _round(value: float | None, digits: int) -> float | None:
     return None if value is None else round(value, digits)
 
 
+def measure_round(record: dict, config: RunConfig, args: argparse.Namespace, round_number: int) -> dict:
+    """One round: raw (unless --pipeline-only), then the pipeline, each with the 1-minute load average before it."""
+    record = {**record, "round": round_number}
+    if not args.pipeline_only:
+        record["load_before_raw"] = round(os.getloadavg()[0], 2)
+        record.update(measure_raw(config, args.workers, args.seconds))
+    record["load_before_pipeline"] = round(os.getloadavg()[0], 2)
+    record.update(measure_pipeline(config, args.workers, args.seconds, profile=args.profile_host,
+                                   policy=args.policy, actor_device=args.actor_device))
+    if not args.pipeline_only:
+        record["pipeline_over_raw"] = round(record["pipeline_agent_steps_per_s"] / record["raw_agent_steps_per_s"], 3)
+        record["target"] = TARGETS.get(record["env"])
+        record.update(overhead_figures(record))
+    elif record["cpu_us_per_agent_step_host"] > 0:
+        record["host_max_agent_steps_per_s"] = round(1e6 / record["cpu_us_per_agent_step_host"])
+    return record
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--envs", nargs="+", default=list(ENVS), choices=list(ENVS))
@@ -316,6 +360,9 @@ def main() -> None:
                         help="env groups per worker to measure (2 = double buffering)")
     parser.add_argument("--seconds", type=float, default=10.0, help="measurement window of each run")
     parser.add_argument("--pipeline-only", action="store_true", help="skip the raw measurement")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="raw and pipeline measured in turn this many times (one record per round, with the "
+                             "machine's load average)")
     parser.add_argument("--policy", choices=("null", "model"), default="null",
                         help="the host's policy: null (uniform random actions, no network; the default) or model "
                              "(the run config's policy with its initial weights)")
@@ -334,15 +381,8 @@ def main() -> None:
                       "forward_pass_minibatch_target_size": config.trainer.forward_pass_minibatch_target_size,
                       "bptt_horizon": config.trainer.bptt_horizon, "seconds": args.seconds,
                       "policy": args.policy, "actor_device": args.actor_device}
-            if not args.pipeline_only:
-                record.update(measure_raw(config, args.workers, args.seconds))
-            record.update(measure_pipeline(config, args.workers, args.seconds, profile=args.profile_host,
-                                           policy=args.policy, actor_device=args.actor_device))
-            if not args.pipeline_only:
-                record["pipeline_over_raw"] = round(record["pipeline_agent_steps_per_s"] /
-                                                    record["raw_agent_steps_per_s"], 3)
-                record["target"] = TARGETS.get(env)
-            emit(record)
+            for round_number in range(1, args.rounds + 1):
+                emit(measure_round(record, config, args, round_number))
 
 
 if __name__ == "__main__":
