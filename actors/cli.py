@@ -16,6 +16,7 @@ import sys
 
 from protocol.bind_rule import client_curve_for
 from protocol.endpoints import parse_endpoint
+from protocol.message_memory import keep_freed_memory
 from telemetry.options import add_metrics_options, metrics_port_error
 
 DEFAULT_LEARNER = "tcp://127.0.0.1:5555"
@@ -99,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:  # CurveKeyError and InsecureEndpointError
         return _fail(str(err))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    keep_freed_memory()  # each ROWS message is gathered into multi-MB arrays: reuse their pages
     from actors.stop_flag import StopFlag
 
     stop = StopFlag()

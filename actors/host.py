@@ -31,6 +31,9 @@ from protocol import Message, MessageType
 
 LOG = logging.getLogger("sluice.actors")
 POLL_MS = 20
+CONTROL_CHECK_S = 0.001
+"""The control and weights sockets are read when the poll says they are readable, else at most this often: a loop
+turn that only hands out actions makes no system call for them."""
 FLUSH_AFTER_S = 0.05
 """Full rows older than this go out even when they do not fill a message."""
 MAX_KEYS_SHOWN = 3
@@ -80,6 +83,8 @@ class LoopState:
     """What the next ROWS message reports besides its rows."""
     env_error_sent: EnvErrorReport | None = None
     """The env error the last heartbeat carried (each new one goes to the learner once)."""
+    next_control_check: float = 0.0
+    """Monotonic time the control and weights sockets are next read even if the poll did not mark them."""
 
 
 class ActorHost:
@@ -123,26 +128,37 @@ class ActorHost:
         An ``EnvFailure`` (an env that cannot run, a worker in a crash loop) propagates: ``run_host``'s BYE
         carries it to the learner as the reason the host left."""
         while not self.stop.is_set():
-            self.workers.collect(dict(self.poller.poll(POLL_MS)), self.state.report)
+            events = dict(self.poller.poll(POLL_MS))
+            self.workers.collect(events, self.state.report)
             now = time.monotonic()
-            self._send_heartbeat(now)
-            self._read_control_replies(now)
-            self._apply_broadcast()
-            if now - self.state.last_reply > self.network.peer_timeout_s and not self.stop.is_set():
-                registration = self._register_again()
-                if registration is None:
-                    return None
-                if registration.config != self.config:
-                    print(f"actors: the learner at {self.link.learner.url} now runs a different config "
-                          f"({describe_config_change(self.config, registration.config)}): rebuilding this host "
-                          f"for it", flush=True)
-                    return registration
-                self._reconnect(registration)
-                continue
+            if self._control_due(now, events):
+                self._send_heartbeat(now)
+                self._read_control_replies(now)
+                self._apply_broadcast()
+                if now - self.state.last_reply > self.network.peer_timeout_s and not self.stop.is_set():
+                    registration = self._register_again()
+                    if registration is None:
+                        return None
+                    if registration.config != self.config:
+                        print(f"actors: the learner at {self.link.learner.url} now runs a different config "
+                              f"({describe_config_change(self.config, registration.config)}): rebuilding this "
+                              f"host for it", flush=True)
+                        return registration
+                    self._reconnect(registration)
+                    continue
+                if self.alternation is not None:
+                    self.alternation.maybe_next(self.stepper.env_steps)
             self._act_on_ready_groups()
-            if self.alternation is not None:
-                self.alternation.maybe_next(self.stepper.env_steps)
             self._ship_rows(now)
+
+    def _control_due(self, now: float, events: dict) -> bool:
+        """Whether this turn reads the control and weights sockets (and sends a due heartbeat, checks the learner's
+        silence and the self-play alternation): when the poll marked either socket, or ``CONTROL_CHECK_S`` after
+        the last time."""
+        if now < self.state.next_control_check and self.link.control not in events and self.link.weights not in events:
+            return False
+        self.state.next_control_check = now + CONTROL_CHECK_S
+        return True
 
     def _send_heartbeat(self, now: float) -> None:
         """Every heartbeat interval; it carries the workers' latest env error if the learner has not had it."""

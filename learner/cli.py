@@ -36,6 +36,7 @@ from learner.monitor.scrape_config import ScrapeConfigError, format_scrape_confi
 from learner.monitor.progress import resolve_mode
 from configs.rank_plan import make_rank_plan, torchrun_world_size
 from configs.schema import RunConfig
+from protocol.message_memory import keep_freed_memory
 from protocol.curve import ServerCurve
 from protocol.bind_rule import InsecureEndpointError
 from protocol.curve import CurveKeyError
@@ -193,6 +194,7 @@ def finished_line(run_dir: Path, config: RunConfig, state: TrainerState) -> str 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit code."""
     args = build_parser().parse_args(argv)
+    keep_freed_memory()  # the ingest decodes multi-MB ROWS messages: reuse their pages
     console = begin_console_copy()  # what is said before the run directory exists reaches its console.log too
     try:
         return _main(args)

@@ -56,6 +56,7 @@ from learner.serve.senders import SenderRegistry
 from ops.benchlib import emit
 from policies.factory import make_policy, state_arrays
 from protocol import Limits, MessageType, ProtocolError, decode
+from protocol.message_memory import keep_freed_memory
 
 REPO = Path(__file__).resolve().parents[2]
 ENVS: dict[str, tuple[str, list[str]]] = {
@@ -371,6 +372,7 @@ def main() -> None:
     parser.add_argument("--profile-host", metavar="PATH", default=None,
                         help="run the actor host under cProfile, writing PATH (read it with python -m pstats)")
     args = parser.parse_args()
+    keep_freed_memory()  # the sink decodes what the learner's ingest would, tuned as the learner is
     for env in args.envs:
         for async_factor in args.async_factor:
             config = bench_config(env, args.workers, args.envs_per_worker, async_factor)
