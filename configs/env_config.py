@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, get_args
 
-from configs.field_rules import PositiveInt, Range
+from configs.field_rules import MayBeEmpty, PositiveInt, Range
 
 EnvName = Literal["cartpole", "gridworld", "native", "gymnasium", "gymnasium_vector", "pettingzoo",
-                  "probe_truncation", "probe_memory", "connect_four", "simple_spread"]
+                  "probe_truncation", "probe_memory", "connect_four", "simple_spread", "pettingzoo_aec"]
 """The env families ``env.name`` allows."""
 ENV_NAMES: tuple[str, ...] = get_args(EnvName)
 """The same names as a tuple (envs.registry checks them)."""
@@ -22,20 +22,25 @@ class EnvConfig:
     """Env family: cartpole, gridworld, connect_four or simple_spread (built-in; connect_four is two-player
     turn-based, so num_agents 2; simple_spread is mpe2's MPE simple_spread_v3 with continuous actions, N agents
     and N landmarks, kwargs local_ratio, max_steps <= 0 meaning mpe2's 25), native (your own VecEnv, by
-    entry_point), gymnasium (one env by gym_id), gymnasium_vector or pettingzoo (built by entry_point), or a
-    learner probe: probe_truncation, probe_memory."""
+    entry_point), gymnasium (one env by gym_id), gymnasium_vector, pettingzoo (a ParallelEnv) or pettingzoo_aec (a
+    turn-based AEC env, played like connect_four: one active agent per env; self-play and the arena work on it) built
+    by entry_point, or a learner probe: probe_truncation, probe_memory."""
     gym_id: str = "CartPole-v1"
     """Gymnasium env id, used when name is 'gymnasium'."""
     entry_point: str = ""
     """'module:callable' building the env: for native (a VecEnv, called with num_envs=, max_steps= and kwargs),
-    gymnasium_vector (a gymnasium VectorEnv, called with num_envs= and kwargs) and pettingzoo (a ParallelEnv,
-    called with kwargs)."""
+    gymnasium_vector (a gymnasium VectorEnv, called with num_envs= and kwargs), pettingzoo (a ParallelEnv, called
+    with kwargs) and pettingzoo_aec (an AECEnv, called with kwargs, e.g. 'pettingzoo.classic.tictactoe_v3:env')."""
     kwargs: dict[str, Any] = field(default_factory=dict)
     """Extra keyword arguments for the env constructor (gymnasium.make, the entry point, or a built-in env)."""
-    tokens: dict[str, int] = field(default_factory=dict)
+    tokens: dict[str, Any] = field(default_factory=dict)
     """An adapted env's observation is a padded token list: {num_locations, num_features, pad_value} declares its
     layout (obs [L, 3] integer rows of location, feature id, value; a row whose location is pad_value is padding),
-    so model.encoder auto picks the token encoder; {} (the default): not declared."""
+    so model.encoder auto picks the token encoder; for a Dict observation {<key>: {num_locations, num_features,
+    pad_value}, ...} declares it for those top-level keys' leaves; {} (the default): not declared."""
+    obs_keys: Annotated[list[str], MayBeEmpty()] = field(default_factory=list)
+    """The top-level keys of an adapted env's Dict observation to keep, e.g. [direction, image] (MiniGrid without
+    its Text 'mission'); the rest are dropped. [] (the default) keeps every key."""
     num_agents: PositiveInt = 1
     """Agents per environment (1 for single-agent envs)."""
     obs_width: PositiveInt = 11

@@ -38,6 +38,11 @@ class Range:
         return left + right
 
 
+@dataclass(frozen=True, kw_only=True)
+class MayBeEmpty:
+    """On a list field: [] is a value it allows (the loader otherwise asks a list for at least one item)."""
+
+
 PositiveInt = Annotated[int, Range(low=1)]
 """An integer >= 1 (a count, a size, an interval)."""
 NonNegativeInt = Annotated[int, Range(low=0)]

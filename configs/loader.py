@@ -25,7 +25,7 @@ from typing import Any, Mapping, Sequence
 
 import yaml
 
-from configs.field_rules import Range
+from configs.field_rules import MayBeEmpty, Range
 from configs.rules import first_problem
 from configs.schema import SECTIONS, RunConfig
 
@@ -275,9 +275,10 @@ def _check_value(dotted: str, hint: Any, value: Any) -> Any:
         return dict(value)
     elif origin is list:
         (item_hint,) = typing.get_args(hint)
-        if not isinstance(value, list) or not value:
-            raise ConfigError(f"{dotted}: expected a non-empty list (each item {_describe(item_hint)}), "
-                              f"got {value!r}")
+        may_be_empty = any(isinstance(marker, MayBeEmpty) for marker in markers)
+        if not isinstance(value, list) or not (value or may_be_empty):
+            raise ConfigError(f"{dotted}: expected a {'' if may_be_empty else 'non-empty '}list (each item "
+                              f"{_describe(item_hint)}), got {value!r}")
         return [_check_value(dotted, item_hint, item) for item in value]
     for marker in markers:
         if isinstance(marker, Range) and not marker.allows(value):

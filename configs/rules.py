@@ -14,7 +14,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from configs.baselines import BASELINE_ENVS, BASELINE_FORMS, baseline_strength
+from configs.baselines import BASELINE_FORMS, TWO_PLAYER_ENVS, baseline_env_problem, is_baseline_name
 from configs.schema import SECTIONS, RunConfig
 
 Values = Mapping[str, Any]
@@ -73,20 +73,23 @@ def _selfplay_core(v: Values) -> str | None:
 
 
 def _baseline_opponents_env(v: Values) -> str | None:
-    if v["selfplay.enabled"] and v["selfplay.baseline_opponents"] and v["env.name"] not in BASELINE_ENVS:
+    if v["selfplay.enabled"] and v["selfplay.baseline_opponents"] and v["env.name"] not in TWO_PLAYER_ENVS:
         return (f"selfplay.baseline_opponents needs an env with baselines; env.name {v['env.name']!r} has none "
-                f"(allowed: {', '.join(BASELINE_ENVS)}), or leave it empty")
+                f"(allowed: {', '.join(TWO_PLAYER_ENVS)}), or leave it empty")
     return None
 
 
 def _baseline_opponents_mix(v: Values) -> str | None:
-    """Known baseline names, each chance in (0, 1], the chances summing to at most 1."""
+    """Known baseline names the env can play, each chance in (0, 1], the chances summing to at most 1."""
     mix = v["selfplay.baseline_opponents"]
     if not v["selfplay.enabled"] or not mix:
         return None
     for name, chance in mix.items():
-        if not isinstance(name, str) or baseline_strength(name) is None:
+        if not is_baseline_name(name):
             return f"selfplay.baseline_opponents: unknown baseline {name!r}; allowed: {BASELINE_FORMS}"
+        problem = baseline_env_problem(name, v["env.name"])
+        if problem is not None:
+            return f"selfplay.baseline_opponents: {problem}"
         if isinstance(chance, bool) or not isinstance(chance, (int, float)) or not 0 < chance <= 1:
             return (f"selfplay.baseline_opponents.{name}: the chance an env draws it must be a number in (0, 1], "
                     f"got {chance!r}")
@@ -148,7 +151,7 @@ def _even_games(key: str) -> Callable[[Values], str | None]:
 def _evaluation_baselines(v: Values) -> str | None:
     baselines = v["evaluation.baselines"]
     for name in baselines:
-        if baseline_strength(name) is None:
+        if not is_baseline_name(name):
             return f"evaluation.baselines: unknown baseline {name!r}; allowed: {BASELINE_FORMS}"
     if len(set(baselines)) != len(baselines):
         return f"evaluation.baselines names a baseline twice: {baselines}"
@@ -156,9 +159,28 @@ def _evaluation_baselines(v: Values) -> str | None:
 
 
 def _evaluation_env(v: Values) -> str | None:
-    if v["evaluation.interval_updates"] and v["env.name"] not in BASELINE_ENVS:
+    if v["evaluation.interval_updates"] and v["env.name"] not in TWO_PLAYER_ENVS:
         return (f"evaluation.interval_updates > 0 needs a two-player env with baselines; env.name {v['env.name']!r} "
-                f"has none (allowed: {', '.join(BASELINE_ENVS)}), or set evaluation.interval_updates: 0")
+                f"has none (allowed: {', '.join(TWO_PLAYER_ENVS)}), or set evaluation.interval_updates: 0")
+    return None
+
+
+def _evaluation_baselines_env(v: Values) -> str | None:
+    if not v["evaluation.interval_updates"]:
+        return None  # the default baselines are Connect Four's: checked only where they are played
+    for name in v["evaluation.baselines"]:
+        problem = baseline_env_problem(name, v["env.name"])
+        if problem is not None:
+            return f"evaluation.baselines: {problem}"
+    return None
+
+
+def _two_player_matches(v: Values) -> str | None:
+    """The arena plays two seats: a pettingzoo_aec env must have two agents (the registry checks env.num_agents
+    against the env itself when it is built)."""
+    if v["evaluation.interval_updates"] and v["env.name"] == "pettingzoo_aec" and v["env.num_agents"] != 2:
+        return (f"evaluation.interval_updates > 0 plays two-player games (evaluation.arena): env.name "
+                f"'pettingzoo_aec' needs env.num_agents: 2 (a two-player AEC env), got {v['env.num_agents']}")
     return None
 
 
@@ -177,9 +199,16 @@ TOKEN_KEYS = ("num_locations", "num_features", "pad_value")
 
 def _token_layout_keys(v: Values) -> str | None:
     tokens = v["env.tokens"]
+    if tokens and all(isinstance(layout, dict) for layout in tokens.values()):  # {<dict key>: layout, ...}
+        for key, layout in tokens.items():
+            if set(layout) != set(TOKEN_KEYS):
+                return (f"env.tokens.{key} declares the token layout of the observation's key {key!r} with exactly "
+                        f"the keys {', '.join(TOKEN_KEYS)}; got {', '.join(sorted(layout)) or 'none'}")
+        return None
     if tokens and set(tokens) != set(TOKEN_KEYS):
         return (f"env.tokens declares a token layout with exactly the keys {', '.join(TOKEN_KEYS)}; got "
-                f"{', '.join(sorted(tokens))}")
+                f"{', '.join(sorted(tokens))} (per key of a Dict observation: {{<key>: {{{', '.join(TOKEN_KEYS)}}}, "
+                f"...}})")
     return None
 
 
@@ -187,7 +216,7 @@ RULES: tuple[Rule, ...] = (
     Rule(keys=("selfplay.enabled", "env.num_agents"), check=_selfplay_seats),
     Rule(keys=("selfplay.enabled", "model.core"), check=_selfplay_core),
     Rule(keys=("selfplay.enabled", "selfplay.baseline_opponents", "env.name"), check=_baseline_opponents_env),
-    Rule(keys=("selfplay.enabled", "selfplay.baseline_opponents"), check=_baseline_opponents_mix),
+    Rule(keys=("selfplay.enabled", "selfplay.baseline_opponents", "env.name"), check=_baseline_opponents_mix),
     Rule(keys=("trainer.algorithm", "coma.max_importance_weight", "coma.max_importance_weight_negative"),
          check=_coma_importance_caps),
     Rule(keys=("trainer.algorithm", "trainer.batch_size", "coma.rollout_length"), check=_coma_batch_is_rollout),
@@ -198,6 +227,8 @@ RULES: tuple[Rule, ...] = (
     Rule(keys=("evaluation.gate_games",), check=_even_games("evaluation.gate_games")),
     Rule(keys=("evaluation.baselines",), check=_evaluation_baselines),
     Rule(keys=("evaluation.interval_updates", "env.name"), check=_evaluation_env),
+    Rule(keys=("evaluation.interval_updates", "evaluation.baselines", "env.name"), check=_evaluation_baselines_env),
+    Rule(keys=("evaluation.interval_updates", "env.name", "env.num_agents"), check=_two_player_matches),
     Rule(keys=("evaluation.interval_updates", "selfplay.enabled"), check=_evaluation_selfplay),
     Rule(keys=("env.tokens",), check=_token_layout_keys),
 )

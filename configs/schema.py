@@ -197,15 +197,17 @@ class ModelSection:
     """One torso for both heads (true) or a separate critic torso (false: value targets cannot swamp the policy)."""
     encoder: ModelEncoder = "auto"
     """Observation encoder before the torso: auto (tokens for an env spec with a token layout, cnn for one that
-    declares an image layout, EnvSpec.image_layout, with H, W >= 3, else mlp), mlp (flatten), cnn (3x3 convolutions) or tokens (embedded sparse entries,
-    masked mean pooling)."""
+    declares an image layout, EnvSpec.image_layout, with H, W >= 3, one encoder per leaf for a structured Dict / Tuple
+    observation, policies/leaf_encoder.py, else mlp), mlp (flatten), cnn (3x3 convolutions) or tokens (embedded
+    sparse entries, masked mean pooling)."""
     cnn_channels: list[PositiveInt] = field(default_factory=lambda: [16, 16])
     """Output channels of the cnn encoder's 3x3 conv layers (ReLU); a linear layer to hidden_size follows (16, 16:
     a gridworld update costs about 1.6x the mlp's on 2 CPU cores, 32, 32 about 4x; ops/bench/learner_update.py)."""
     obs_norm: bool = False
     """Running observation normalisation: clip((obs - mean) / std, -5, 5) per feature (mlp) or channel (cnn), the
     statistics updated by the learner from each update's rows, carried with the weights and the checkpoint, frozen
-    at evaluation (policies/obs_normalization.py); not for the tokens encoder."""
+    at evaluation (policies/obs_normalization.py); not for the tokens encoder; on a structured observation, for
+    its Box leaves that are not token lists."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -264,7 +266,8 @@ class SelfPlaySection:
     cache_size: PositiveInt = 16
     """Snapshots an actor host keeps loaded beyond those in use (least recently used dropped first)."""
     baseline_opponents: dict[str, float] = field(default_factory=dict)
-    """Fixed baselines mixed into each env's draw, name -> chance (e.g. {one_ply: 0.2}); the rest from the pool."""
+    """Fixed baselines mixed into each env's draw, name -> chance (e.g. {one_ply: 0.2}; names as configs.baselines:
+    random, one_ply, negamax-<depth> or an entry point module.path:callable); the rest from the pool."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -276,7 +279,8 @@ class EvaluationSection:
     games: Annotated[int, Range(low=2)] = 100
     """Games per baseline and evaluation (even: each seat played equally often)."""
     baselines: list[str] = field(default_factory=lambda: ["one_ply", "negamax-2"])
-    """Baselines played: random, one_ply, negamax-<depth>; the best snapshot has the highest mean score over them."""
+    """Baselines played: random, one_ply, negamax-<depth> (those two on connect_four) or an entry point
+    module.path:callable returning a player; the best snapshot has the highest mean score over them."""
     greedy: bool = False
     """Snapshots take their most probable legal action (true) or sample as in training (false)."""
     gate_games: NonNegativeInt = 0

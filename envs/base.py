@@ -11,6 +11,7 @@ both are per slot, every agent slot of an env holding its env's values.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -66,6 +67,92 @@ class TokenLayout:
                                  f"num_features {self.num_features}")
 
 
+LEAF_KINDS = ("box", "discrete", "multi_discrete", "multi_binary")
+"""Values of ``ObsLeaf.kind``: the Gymnasium leaf spaces a structured observation may hold."""
+FLAT_DTYPES = ("uint8", "float32")
+"""The dtypes of a structured observation's flat buffer (``envs.obs_layout.flat_dtype`` picks one)."""
+FLOAT32_EXACT = 2 ** 24
+"""Integers of magnitude up to this are exact in float32 (the flat buffer of a structured observation)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ObsLeaf:
+    """One leaf of a structured (Dict / Tuple) observation and where its values lie in the flat observation.
+
+    The flat observation is ``EnvSpec.obs_shape == (N,)`` values of ``EnvSpec.obs_dtype``; the leaf's values,
+    flattened in C order, are ``flat[offset:offset + size]`` (discrete kinds as ``value - start``).
+    ``envs.obs_layout`` lays leaves out, flattens observations into the buffer and reads them back.
+    """
+
+    path: tuple[str | int, ...]
+    """Keys from the top of the observation to the leaf: a Dict key (str) or a Tuple index (int) per level."""
+    kind: str
+    """box, discrete, multi_discrete or multi_binary (``LEAF_KINDS``)."""
+    shape: tuple[int, ...] = ()
+    """The leaf's own shape (() for discrete, nvec's shape for multi_discrete)."""
+    dtype: str = "int64"
+    """NumPy dtype name of the leaf's values as the env gives them (read back in this dtype)."""
+    offset: int = 0
+    """Index of the leaf's first value in the flat observation."""
+    nvec: tuple[int, ...] = ()
+    """Values per component of a discrete kind: (n,) for discrete, nvec flattened for multi_discrete; () else."""
+    start: tuple[int, ...] = ()
+    """Smallest value per component of a discrete kind (Gymnasium's start; () means all 0); the flat buffer holds
+    ``value - start``."""
+    tokens: TokenLayout | None = None
+    """A box leaf that is a padded token list ([L, 3] integer rows) in this layout; None: it is not."""
+    image_layout: str = ""
+    """A rank-3 box leaf that is an image or grid: chw or hwc; "": it is not."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
+        object.__setattr__(self, "path", tuple(self.path))
+        if self.kind not in LEAF_KINDS:
+            raise EnvConfigError(f"observation leaf {self.name!r}: kind {self.kind!r} is not one of {LEAF_KINDS}")
+        if self.kind == "discrete" and self.shape != ():
+            raise EnvConfigError(f"observation leaf {self.name!r}: a discrete leaf has shape (), got {self.shape}")
+        if self.kind in ("discrete", "multi_discrete"):
+            if len(self.nvec) != self.size or min(self.nvec, default=1) < 1:
+                raise EnvConfigError(f"observation leaf {self.name!r}: nvec must hold {self.size} counts >= 1 "
+                                     f"(one per value), got {self.nvec}")
+            if not self.start:
+                object.__setattr__(self, "start", (0,) * self.size)
+            if len(self.start) != self.size:
+                raise EnvConfigError(f"observation leaf {self.name!r}: start must hold {self.size} values, got "
+                                     f"{self.start}")
+        elif self.nvec or self.start:
+            raise EnvConfigError(f"observation leaf {self.name!r}: nvec and start are for discrete kinds, not "
+                                 f"{self.kind}")
+        if self.image_layout not in IMAGE_LAYOUTS or (self.image_layout and (self.kind != "box"
+                                                                             or len(self.shape) != 3)):
+            raise EnvConfigError(f"observation leaf {self.name!r}: image_layout {self.image_layout!r} needs a "
+                                 f"rank-3 box leaf and one of 'chw', 'hwc', '' (got kind {self.kind}, shape "
+                                 f"{self.shape})")
+        if self.tokens is not None:
+            if self.kind != "box":
+                raise EnvConfigError(f"observation leaf {self.name!r}: a token layout needs a box leaf, not "
+                                     f"{self.kind}")
+            self.tokens.check_obs(self.shape, self.dtype)
+        if self.offset < 0:
+            raise EnvConfigError(f"observation leaf {self.name!r}: offset must be >= 0, got {self.offset}")
+
+    @property
+    def name(self) -> str:
+        """The path joined by '.', e.g. 'image' or '0.pos' ('' for an observation that is one leaf)."""
+        return ".".join(str(part) for part in self.path)
+
+    @property
+    def size(self) -> int:
+        """Values the leaf takes in the flat observation."""
+        return math.prod(self.shape)
+
+    def fits_uint8(self) -> bool:
+        """Whether every value of the leaf is exact in a uint8 flat buffer."""
+        if self.kind == "box":
+            return np.dtype(self.dtype) in (np.uint8, np.bool_)
+        return self.kind == "multi_binary" or max(self.nvec) <= 256
+
+
 @dataclass(frozen=True, kw_only=True)
 class EnvSpec:
     """What an env declares up front; carried unchanged through actors, wire and learner."""
@@ -88,8 +175,13 @@ class EnvSpec:
     """Observations are a padded list of (location, feature id, value) rows in this layout (None: they are not)."""
     image_layout: str = ""
     """Observations are an image or grid laid out chw ([C, H, W]) or hwc ([H, W, C]); "": they are not."""
+    obs_leaves: tuple[ObsLeaf, ...] = ()
+    """A structured (Dict / Tuple) observation carried flat: its leaves, each a slice of the flat obs [N] of
+    obs_dtype uint8 or float32 (``envs.obs_layout``); (): the observation is one array of obs_shape."""
 
     def __post_init__(self) -> None:
+        if self.obs_leaves:
+            self._check_leaves()
         if self.image_layout not in IMAGE_LAYOUTS:
             raise EnvConfigError(f"EnvSpec.image_layout must be one of 'chw', 'hwc' or '' (not an image), "
                                  f"got {self.image_layout!r}")
@@ -108,6 +200,31 @@ class EnvSpec:
             raise EnvConfigError("action masks need a discrete or multi_discrete action space, not box")
         if np.dtype(self.obs_dtype).name != self.obs_dtype:
             raise EnvConfigError(f"obs_dtype must be a NumPy dtype name, got {self.obs_dtype!r}")
+
+    def _check_leaves(self) -> None:
+        """EnvConfigError unless the leaves fit, without overlap, in a flat obs of a dtype that holds them exactly."""
+        if len(self.obs_shape) != 1 or self.obs_dtype not in FLAT_DTYPES or self.tokens or self.image_layout:
+            raise EnvConfigError(f"EnvSpec.obs_leaves needs a flat obs_shape (N,) of obs_dtype uint8 or float32 and "
+                                 f"the token and image layouts on the leaves; got obs_shape {self.obs_shape}, "
+                                 f"obs_dtype {self.obs_dtype!r}, tokens {self.tokens}, image_layout "
+                                 f"{self.image_layout!r} (envs.obs_layout.structured_obs lays leaves out)")
+        end = 0
+        for leaf in sorted(self.obs_leaves, key=lambda leaf: leaf.offset):
+            if not isinstance(leaf, ObsLeaf):
+                raise EnvConfigError(f"EnvSpec.obs_leaves must hold envs.base.ObsLeaf, got {type(leaf).__name__}")
+            if leaf.offset < end or leaf.offset + leaf.size > self.obs_shape[0]:
+                raise EnvConfigError(f"observation leaf {leaf.name!r} at [{leaf.offset}, {leaf.offset + leaf.size}) "
+                                     f"overlaps another leaf or lies outside the flat obs of {self.obs_shape[0]}")
+            end = leaf.offset + leaf.size
+            if self.obs_dtype == "uint8" and not leaf.fits_uint8():
+                raise EnvConfigError(f"observation leaf {leaf.name!r} ({leaf.kind} {leaf.dtype}) is not exact in a "
+                                     f"uint8 flat obs; use obs_dtype float32")
+            if max(leaf.nvec, default=0) > FLOAT32_EXACT:
+                raise EnvConfigError(f"observation leaf {leaf.name!r} has {max(leaf.nvec)} values, more than "
+                                     f"float32 holds exactly (2**24)")
+        names = [leaf.name for leaf in self.obs_leaves]
+        if len(set(names)) != len(names):
+            raise EnvConfigError(f"EnvSpec.obs_leaves has repeated leaf names: {names}")
 
     @property
     def num_actions(self) -> int:

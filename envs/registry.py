@@ -52,6 +52,9 @@ def _declared_spec(cfg: EnvConfig) -> EnvSpec | None:
     if cfg.tokens:
         raise EnvConfigError(f"env.tokens declares the token layout of an adapted env; the built-in env "
                              f"{cfg.name!r} declares its own observations: drop env.tokens")
+    if cfg.obs_keys:
+        raise EnvConfigError(f"env.obs_keys keeps keys of an adapted env's Dict observation; the built-in env "
+                             f"{cfg.name!r} declares its own observations: drop env.obs_keys")
     spec = builtin.spec(cfg)
     _check_agents(cfg, spec)
     return spec
@@ -92,6 +95,9 @@ def probe_env_spec(cfg: EnvConfig) -> EnvSpec:
 def _make_external(cfg: EnvConfig, num_envs: int) -> VecEnv:
     """A Gymnasium / Gymnasium-vector / PettingZoo / native env through its adapter, agent count checked."""
     adapter = ADAPTERS[cfg.name]
+    if cfg.name == "native" and cfg.obs_keys:
+        raise EnvConfigError("env.obs_keys keeps keys of a Gymnasium or PettingZoo Dict observation; a native env "
+                             "declares its own leaves (EnvSpec.obs_leaves): drop env.obs_keys")
     if adapter.entry_point_example and not cfg.entry_point:
         raise EnvConfigError(f"env.name '{cfg.name}' needs env.entry_point, e.g. {adapter.entry_point_example!r}")
     env = adapter.make(cfg, num_envs)
@@ -115,6 +121,13 @@ def with_token_layout(cfg: EnvConfig, spec: EnvSpec) -> EnvSpec:
     the env's observations cannot hold it, or the env declares another one itself."""
     if not cfg.tokens:
         return spec
+    if all(isinstance(layout, dict) for layout in cfg.tokens.values()):
+        return _with_leaf_token_layouts(cfg, spec)
+    if spec.obs_leaves:
+        keys = ", ".join(leaf.name for leaf in spec.obs_leaves)
+        raise EnvConfigError(f"env.tokens: env '{env_label(cfg)}' has a structured observation (leaves {keys}); "
+                             f"declare the layout per key: env.tokens: {{<key>: {{num_locations, num_features, "
+                             f"pad_value}}}}")
     layout = TokenLayout(**cfg.tokens)
     if spec.tokens is not None and spec.tokens != layout:
         raise EnvConfigError(f"env.tokens {cfg.tokens} but env '{env_label(cfg)}' declares its own token layout "
@@ -124,6 +137,30 @@ def with_token_layout(cfg: EnvConfig, spec: EnvSpec) -> EnvSpec:
     except EnvConfigError as err:
         raise EnvConfigError(f"env.tokens: env '{env_label(cfg)}': {err}") from err
     return dataclasses.replace(spec, tokens=layout)
+
+
+def _with_leaf_token_layouts(cfg: EnvConfig, spec: EnvSpec) -> EnvSpec:
+    """``spec`` with the per-key token layouts ``env.tokens: {<key>: {...}}`` declares on its top-level leaves."""
+    leaves = {leaf.path: leaf for leaf in spec.obs_leaves}
+    for key, fields in cfg.tokens.items():
+        leaf = leaves.get((key,))
+        if leaf is None:
+            top = ", ".join(leaf.name for leaf in spec.obs_leaves if len(leaf.path) == 1) or "none"
+            raise EnvConfigError(f"env.tokens.{key}: env '{env_label(cfg)}' has no top-level observation leaf "
+                                 f"{key!r}; its top-level leaves: {top}")
+        layout = TokenLayout(**fields)
+        if leaf.tokens is not None and leaf.tokens != layout:
+            raise EnvConfigError(f"env.tokens.{key} {fields} but env '{env_label(cfg)}' declares the leaf's own "
+                                 f"layout {dataclasses.asdict(leaf.tokens)}: drop it or make them agree")
+        if leaf.kind != "box":
+            raise EnvConfigError(f"env.tokens.{key}: env '{env_label(cfg)}': leaf {key!r} is {leaf.kind}; token "
+                                 f"observations must be an integer Box [L, 3]")
+        try:
+            layout.check_obs(leaf.shape, leaf.dtype)
+        except EnvConfigError as err:
+            raise EnvConfigError(f"env.tokens.{key}: env '{env_label(cfg)}': leaf {key!r}: {err}") from err
+        leaves[(key,)] = dataclasses.replace(leaf, tokens=layout, image_layout="")
+    return dataclasses.replace(spec, obs_leaves=tuple(leaves.values()))
 
 
 def make_vec_env(cfg: EnvConfig, num_envs: int) -> VecEnv:

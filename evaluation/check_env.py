@@ -28,6 +28,7 @@ from envs.errors import EnvConfigError, EnvRaised
 from envs.registry import env_label, make_vec_env, probe_env_spec
 from envs.rows import row_layout
 from policies.encoders import encoder_kind
+from policies.leaf_encoder import DictEncoder
 from policies.factory import make_policy
 
 PROG = "python -m evaluation.check_env"
@@ -150,23 +151,31 @@ def deterministic(make: Callable[[], VecEnv], spec: EnvSpec, *, seed: int) -> bo
     return all(np.array_equal(a, b, equal_nan=a.dtype.kind == "f") for a, b in zip(*runs))
 
 
+def describe_leaves(encoder: object) -> list[str]:
+    """The per-leaf encoder lines of a structured observation's encoder (none for any other encoder)."""
+    return encoder.describe() if isinstance(encoder, DictEncoder) else []
+
+
 def describe(config: RunConfig, spec: EnvSpec) -> list[str]:
     """The spaces, the encoder and the row size, as lines."""
     action = spec.action
     bounds = f"low {list(action.low)} high {list(action.high)}" if action.kind == "box" else f"nvec {list(action.nvec)}"
-    state_size = make_policy(spec, config.model).state_size
+    policy = make_policy(spec, config.model)
+    state_size = policy.state_size
     team = config.trainer.algorithm == "coma"
     layout = row_layout(spec, horizon=config.trainer.bptt_horizon + 1, state_size=state_size, team=team)
     row_bytes = sum(int(np.prod(s.shape[1:], dtype=np.int64)) * np.dtype(s.dtype).itemsize
                     for s in layout.specs().values())
     lines = [f"env: {env_label(config.env)}, {spec.num_agents} agent(s) per env",
              f"observation: shape {list(spec.obs_shape)} {spec.obs_dtype}"
+             + (f", structured: {len(spec.obs_leaves)} leaves carried flat" if spec.obs_leaves else "")
              + (f", image layout {spec.image_layout}" if spec.image_layout else "")
              + (", token list" if spec.tokens is not None else ""),
              f"action: {action.kind} {bounds}" + (", with action masks" if spec.action_mask else ""),
              f"global state: {spec.state_size} values" if spec.state_size else "global state: none",
              f"episode statistics: {', '.join(spec.episode_stats) or 'none'}",
              f"encoder (model.encoder {config.model.encoder}): {encoder_kind(spec, config.model)}",
+             *[f"  {line}" for line in describe_leaves(getattr(policy, 'encoder', None))],
              f"one row on the wire: {row_bytes} bytes ({config.trainer.bptt_horizon + 1} steps"
              + (", one per env with all its agents" if team else ", one agent") + ")"]
     if spec.tokens is None and len(spec.obs_shape) == 2 and spec.obs_shape[1] == 3 \

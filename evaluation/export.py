@@ -50,6 +50,7 @@ from torch import nn
 
 from envs.base import EnvSpec
 from envs.errors import EnvConfigError
+from envs.obs_layout import random_flat_obs
 from evaluation.load_policy import MODEL_FILE, LoadedPolicy, LoadPolicyError, load_policy
 from learner.run.atomic import atomic_write_bytes, atomic_write_text
 from learner.run.run_dir import RunDirError, read_run_config
@@ -169,11 +170,13 @@ def io_contract(spec: EnvSpec, state_size: int) -> tuple[list[TensorSpec], list[
 
 def random_inputs(spec: EnvSpec, state_size: int, batch: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
     """Valid random inputs of the exported file (``io_contract``'s names): observations in the env's dtype (token rows
-    with real ids, about half of them padding; other integers sparse), masks with random legal actions, states
-    N(0, 0.25)."""
+    with real ids, about half of them padding; structured ones leaf by leaf; other integers sparse), masks with
+    random legal actions, states N(0, 0.25)."""
     dtype = np.dtype(spec.obs_dtype)
     shape = (batch, *spec.obs_shape)
-    if spec.tokens is not None:
+    if spec.obs_leaves:  # a structured observation: each leaf valid on its own (discrete values in range)
+        obs = random_flat_obs(spec, batch, rng)
+    elif spec.tokens is not None:
         info = np.iinfo(dtype)
         obs = rng.integers(max(info.min, 0), min(info.max, 255) + 1, size=shape).astype(dtype)
         real = rng.random(shape[:-1]) < 0.5
@@ -399,6 +402,11 @@ def sidecar_json(loaded: LoadedPolicy, fmt: str, out: Path, inputs: list[TensorS
                    "core": model.core, "encoder": encoder_kind(spec, model), "obs_norm": model.obs_norm},
         "checked": checked,
     }
+    if spec.obs_leaves:
+        contract["observation_leaves"] = [
+            {"name": leaf.name, "kind": leaf.kind, "shape": list(leaf.shape), "dtype": leaf.dtype,
+             "offset": leaf.offset, "size": leaf.size, "nvec": list(leaf.nvec), "start": list(leaf.start)}
+            for leaf in spec.obs_leaves]  # obs is the flat row envs.obs_layout.flatten_obs writes (discrete: - start)
     if spec.mask_size:
         contract["action_mask"] = ("uint8, 1 = legal, one block of nvec[i] flags per component; all ones = no "
                                    "restriction; a component with no legal action is left unmasked")

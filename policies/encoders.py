@@ -12,7 +12,9 @@ it and put the existing tanh torso (``policies.layers.torso``) after it. Three k
 
 ``auto`` picks ``tokens`` for an env spec with a token layout, ``cnn`` for a spec that declares an image layout with
 H, W >= 3 (the built-in gridworld and Connect Four declare chw, the Gymnasium and PettingZoo adapters hwc or chw by
-the image convention), else ``mlp``. The encoder is shared by the actor and critic torsos (``model.shared_torso``
+the image convention), ``leaves`` (``policies.leaf_encoder.DictEncoder``: one encoder per leaf, features
+concatenated) for a structured observation (``EnvSpec.obs_leaves``), else ``mlp`` (which, forced on a structured
+observation, flattens the whole flat row). The encoder is shared by the actor and critic torsos (``model.shared_torso``
 only decides the torsos after it). ``model.obs_norm`` adds running observation normalisation to the mlp and cnn
 encoders (``policies.obs_normalization``); every encoder has ``obs_norm`` (None when off) and ``out_features``.
 """
@@ -28,6 +30,7 @@ from configs.loader import ConfigError
 from configs.schema import MODEL_ENCODERS, ModelSection
 from envs.base import EnvSpec
 from policies.layers import ObsInput, layer, obs_scale
+from policies.leaf_encoder import DictEncoder
 from policies.obs_normalization import ObsNormalizer
 
 KERNEL = 3
@@ -52,11 +55,19 @@ def is_grid(spec: EnvSpec) -> bool:
 
 
 def encoder_kind(spec: EnvSpec, model: ModelSection) -> str:
-    """``model.encoder`` resolved for this env: mlp, cnn or tokens (ConfigError when the env cannot take it)."""
+    """``model.encoder`` resolved for this env: mlp, cnn, tokens or leaves (a structured observation's per-leaf
+    encoders); ConfigError when the env cannot take it."""
     choice = model.encoder
     if choice not in MODEL_ENCODERS:
         raise ConfigError(f"model.encoder: {choice!r} is not allowed; allowed: {', '.join(MODEL_ENCODERS)}")
+    if spec.obs_leaves and choice in ("cnn", "tokens"):
+        raise ConfigError(f"model.encoder: {choice!r} reads one image or token list, but the env's observation is "
+                          f"structured (leaves {', '.join(leaf.name for leaf in spec.obs_leaves)}); allowed here: "
+                          f"auto (one encoder per leaf: cnn for image leaves, tokens for declared token leaves), mlp "
+                          f"(flatten everything)")
     if choice == "auto":
+        if spec.obs_leaves:
+            return "leaves"
         if spec.tokens is not None:
             return "tokens"
         return "cnn" if is_grid(spec) else "mlp"
@@ -80,10 +91,12 @@ def check_obs_norm(kind: str, model: ModelSection) -> None:
                           "not features to normalise); allowed with tokens: false (or model.encoder: mlp)")
 
 
-def make_encoder(spec: EnvSpec, model: ModelSection) -> ObsInput | CNNEncoder | TokenEncoder:
+def make_encoder(spec: EnvSpec, model: ModelSection) -> ObsInput | CNNEncoder | TokenEncoder | DictEncoder:
     """The encoder ``model.encoder`` names for this env (auto resolved from the spec)."""
     kind = encoder_kind(spec, model)
     check_obs_norm(kind, model)
+    if kind == "leaves":
+        return DictEncoder(spec, model, box_encoder=make_encoder)
     if kind == "cnn":
         return CNNEncoder(spec, model)
     if kind == "tokens":

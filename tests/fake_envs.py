@@ -40,12 +40,12 @@ def unsupported_spaces(what: str) -> tuple[spaces.Space, spaces.Space]:
     """(observation space, action space) pairs Sluice must reject, by name."""
     box = spaces.Box(-1.0, 1.0, shape=(3,), dtype=np.float32)
     table: dict[str, tuple[spaces.Space, spaces.Space]] = {
-        "tuple_obs": (spaces.Tuple((box, box)), spaces.Discrete(2)),
+        "sequence_obs": (spaces.Sequence(box), spaces.Discrete(2)),
         "text_action": (box, spaces.Text(5)),
         "int_box_action": (box, spaces.Box(0, 3, shape=(2,), dtype=np.int64)),
         "2d_box_action": (box, spaces.Box(-1.0, 1.0, shape=(2, 2), dtype=np.float32)),
         "2d_multi_discrete": (box, spaces.MultiDiscrete([[2, 3], [4, 5]])),
-        "dict_without_mask": (spaces.Dict({"observation": box, "extra": box}), spaces.Discrete(2)),
+        "dict_with_sequence": (spaces.Tuple((box, spaces.Sequence(box))), spaces.Discrete(2)),
         "mask_wrong_size": (spaces.Dict({"observation": box, "action_mask": spaces.MultiBinary(3)}),
                             spaces.Discrete(2)),
         "mask_with_box_action": (spaces.Dict({"observation": box, "action_mask": spaces.MultiBinary(2)}),
@@ -158,7 +158,7 @@ class EchoEnv(gymnasium.Env):
 class UnsupportedEnv(gymnasium.Env):
     """An env whose spaces are one of ``unsupported_spaces``."""
 
-    def __init__(self, what: str = "tuple_obs") -> None:
+    def __init__(self, what: str = "sequence_obs") -> None:
         self.observation_space, self.action_space = unsupported_spaces(what)
 
 
@@ -287,7 +287,7 @@ class MixedSpacesParallelEnv(StaggeredParallelEnv):
 class UnsupportedParallelEnv(StaggeredParallelEnv):
     """Wrong: spaces from ``unsupported_spaces``."""
 
-    def __init__(self, what: str = "tuple_obs") -> None:
+    def __init__(self, what: str = "sequence_obs") -> None:
         super().__init__()
         self._obs_space, self._act_space = unsupported_spaces(what)
 

@@ -22,8 +22,13 @@ from configs.schema import (ALGORITHMS, AUTOCAST_MODES, COMA_DEFAULT_ACTIONS, CO
                             RunSection, TrainerSection)
 
 DEFAULTS = Path(__file__).resolve().parents[1] / "configs" / "defaults.yaml"
-BASELINE_FORMS = "random, one_ply, negamax-<depth> (depth an integer >= 1)"
+BASELINE_FORMS = ("random, one_ply, negamax-<depth> (depth an integer >= 1; one_ply and negamax connect_four only) "
+                  "or an entry point module.path:callable (called as fn(seed=<int>), returning a player)")
 PLAYERS = ["selfplay.enabled=true", "env.num_agents=2", "env.name=connect_four"]
+AEC = ["selfplay.enabled=true", "env.num_agents=2", "env.name=pettingzoo_aec",
+       "env.entry_point=pettingzoo.classic.tictactoe_v3:env"]
+ONE_PLY_ON_AEC = ("baseline 'one_ply' plays env.name 'connect_four' only, not 'pettingzoo_aec'; use random or an entry "
+                  "point module.path:callable returning a player for it")
 COMA = ["trainer.algorithm=coma", "trainer.batch_size=2000"]
 
 BROKEN = [
@@ -32,10 +37,13 @@ BROKEN = [
     (["selfplay.enabled=true", "env.num_agents=2", "model.core=lstm"],
      "selfplay.enabled needs model.core: mlp (opponent snapshots keep no recurrent state yet), got 'lstm'"),
     (["selfplay.enabled=true", "env.num_agents=2", "selfplay.baseline_opponents={one_ply: 0.5}"],
-     "selfplay.baseline_opponents needs an env with baselines; env.name 'cartpole' has none (allowed: connect_four), "
-     "or leave it empty"),
+     "selfplay.baseline_opponents needs an env with baselines; env.name 'cartpole' has none (allowed: connect_four, "
+     "pettingzoo_aec), or leave it empty"),
     ([*PLAYERS, "selfplay.baseline_opponents={bogus: 0.5}"],
      f"selfplay.baseline_opponents: unknown baseline 'bogus'; allowed: {BASELINE_FORMS}"),
+    ([*AEC, "selfplay.baseline_opponents={one_ply: 0.5}"], f"selfplay.baseline_opponents: {ONE_PLY_ON_AEC}"),
+    ([*AEC, "selfplay.baseline_opponents={pkg-x:make: 0.5}"],
+     f"selfplay.baseline_opponents: unknown baseline 'pkg-x:make'; allowed: {BASELINE_FORMS}"),
     ([*PLAYERS, "selfplay.baseline_opponents={one_ply: 0}"],
      "selfplay.baseline_opponents.one_ply: the chance an env draws it must be a number in (0, 1], got 0"),
     ([*PLAYERS, "selfplay.baseline_opponents={one_ply: 0.7, random: 0.7}"],
@@ -59,13 +67,21 @@ BROKEN = [
     (["evaluation.baselines=[one_ply, one_ply]"], "evaluation.baselines names a baseline twice: ['one_ply', 'one_ply']"),
     (["evaluation.interval_updates=1"],
      "evaluation.interval_updates > 0 needs a two-player env with baselines; env.name 'cartpole' has none (allowed: "
-     "connect_four), or set evaluation.interval_updates: 0"),
+     "connect_four, pettingzoo_aec), or set evaluation.interval_updates: 0"),
+    ([*AEC, "evaluation.interval_updates=1"], f"evaluation.baselines: {ONE_PLY_ON_AEC}"),
+    ([*AEC, "env.num_agents=3", "evaluation.interval_updates=1", "evaluation.baselines=[random]"],
+     "evaluation.interval_updates > 0 plays two-player games (evaluation.arena): env.name 'pettingzoo_aec' needs "
+     "env.num_agents: 2 (a two-player AEC env), got 3"),
     (["evaluation.interval_updates=1", "env.name=connect_four"],
      "evaluation.interval_updates > 0 evaluates the opponent pool's snapshots: selfplay.enabled must be true (or set "
      "evaluation.interval_updates: 0)"),
     (["env.tokens.num_locations=9", "env.tokens.pad_value=255"],
      "env.tokens declares a token layout with exactly the keys num_locations, num_features, pad_value; got "
-     "num_locations, pad_value"),
+     "num_locations, pad_value (per key of a Dict observation: {<key>: {num_locations, num_features, pad_value}, "
+     "...})"),
+    (["env.tokens.grid.num_locations=9", "env.tokens.grid.pad_value=255"],
+     "env.tokens.grid declares the token layout of the observation's key 'grid' with exactly the keys "
+     "num_locations, num_features, pad_value; got num_locations, pad_value"),
 ]
 """Overrides on defaults.yaml that break one rule, and that rule's message (the loader puts "config: " in front)."""
 

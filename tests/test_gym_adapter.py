@@ -174,13 +174,14 @@ def test_dict_observation_masks_reach_buffers() -> None:
 @pytest.mark.parametrize(
     ("what", "message"),
     [
-        ("tuple_obs", r"observation space is Tuple\(.*\(Tuple\); supported: Box observation"),
+        ("sequence_obs", r"observation space is Sequence\(.*\(Sequence\); supported: Box observation"),
         ("text_action", r"action space is Text\(.*\(Text\); supported:"),
         ("int_box_action", r"action space is Box\(.*; a Box action space needs a float dtype, not int64; supported"),
         ("2d_box_action", r"action space is Box\(.*; a Box action space needs shape \(d,\), not \(2, 2\)"),
         ("2d_multi_discrete", r"action space is MultiDiscrete\(\[\[2 3\] \[4 5\]\]\) \(MultiDiscrete\); its nvec "
                               r"has shape \(2, 2\), not 1-D"),
-        ("dict_without_mask", r"observation space is Dict\(.*'extra'.*\(Dict\); supported:"),
+        ("dict_with_sequence", r"leaf '1' is a Sequence space, which Sluice cannot carry \(it carries Box, "
+                               r"Discrete, MultiDiscrete and MultiBinary leaves\)"),
         ("mask_wrong_size", r"observation space is Dict\(.*\(Dict\); its action_mask has shape \(3,\) but the "
                             r"action space Discrete\(2\) needs \(2,\)"),
         ("mask_with_box_action", r"observation space is Dict\(.*; an action mask needs Discrete or MultiDiscrete "
@@ -192,9 +193,14 @@ def test_unsupported_spaces_rejected(what: str, message: str) -> None:
         GymnasiumVecEnv(UNSUPPORTED_ID, 1, max_steps=0, kwargs={"what": what})
 
 
-def test_non_box_observation_rejected() -> None:
-    with pytest.raises(ValueError, match=r"'FrozenLake-v1': observation space is Discrete.*Box observation"):
-        GymnasiumVecEnv("FrozenLake-v1", 1, max_steps=0, kwargs={})
+def test_discrete_observation_is_one_embedded_leaf() -> None:
+    env = GymnasiumVecEnv("FrozenLake-v1", 2, max_steps=0, kwargs={})
+    assert env.spec.obs_shape == (1,) and env.spec.obs_dtype == "uint8"
+    assert [(leaf.name, leaf.kind, leaf.nvec) for leaf in env.spec.obs_leaves] == [("", "discrete", (16,))]
+    buf = _buffers(env)
+    env.reset(buf, seed=0)
+    np.testing.assert_array_equal(buf.obs, [[0], [0]])  # the start square
+    env.close()
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")  # gymnasium's passive checker warns about the same obs

@@ -138,10 +138,12 @@ def test_the_learner_root_holds_only_the_entry_the_loop_and_the_build():
     assert root == {"__init__", "__main__", "cli", "trainer", "follower", "stop_rules", "build"}
 
 
-ENVS_ROOT = {"base", "spaces", "errors", "rows"}
-"""The envs interface at the root of envs/: the VecEnv contract, spaces, errors and rows. ``envs.builtin`` (the
+ENVS_ROOT = {"base", "spaces", "errors", "rows", "obs_layout"}
+"""The envs interface at the root of envs/: the VecEnv contract, spaces, errors, rows and the flat layout of
+structured observations. ``envs.builtin`` (the
 shipped envs) and ``envs.adapters`` (what wraps a user's env) stand on these only, never on the registry or each
-other; the interface stands on nothing else in envs; ``envs.registry`` (the root's other module) reads both tables."""
+other; the interface stands on nothing else in envs; ``envs.registry`` reads both tables and ``envs.baseline_players``
+(baseline names to players) stands on both too: the root's other modules."""
 ENVS_SUB_PACKAGES = {"builtin", "adapters"}
 
 
@@ -164,7 +166,7 @@ def _envs_wrong_imports(graph: dict[str, set[str]]) -> list[str]:
             other = _envs_part(target)
             if part in ENVS_ROOT or part in ENVS_SUB_PACKAGES:
                 allowed = other in ENVS_ROOT or other == "" or other == part
-            else:  # the registry, the package itself
+            else:  # the registry, the baseline players, the package itself
                 allowed = True
             if not allowed:
                 wrong.append(f"{module} imports {target}")
@@ -174,7 +176,8 @@ def _envs_wrong_imports(graph: dict[str, set[str]]) -> list[str]:
 def test_envs_builtin_and_adapters_stand_on_the_envs_root_only():
     assert {path.name for path in (REPO / "envs").iterdir() if path.is_dir() and path.name != "__pycache__"} \
         == ENVS_SUB_PACKAGES, "every envs sub-package has its rule here"
-    assert {path.stem for path in (REPO / "envs").glob("*.py")} == ENVS_ROOT | {"__init__", "registry"}
+    assert {path.stem for path in (REPO / "envs").glob("*.py")} == ENVS_ROOT | {"__init__", "registry",
+                                                                                "baseline_players"}
     wrong = _envs_wrong_imports(_graph())
     assert not wrong, "envs imports against its layout (builtin and adapters import the envs root only):\n" + \
         "\n".join(wrong)

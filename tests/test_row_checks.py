@@ -5,6 +5,7 @@ refused under its own reason and counted once, with nothing of it counted as ste
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import threading
 from collections.abc import Callable
@@ -17,7 +18,8 @@ import zmq
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from envs.base import EnvSpec
+from envs.base import EnvSpec, ObsLeaf
+from envs.obs_layout import structured_obs
 from envs.spaces import ActionSpace
 from envs.rows import row_layout
 from learner.update.batch import BatchBuffers, to_batch
@@ -64,6 +66,12 @@ def cases(draw) -> Case:
                    obs_dtype=draw(st.sampled_from(["float32", "uint8"])), action=action,
                    action_mask=kind != "box" and draw(st.booleans()),
                    episode_stats=draw(st.sampled_from([(), ("goals",)])))
+    if draw(st.booleans()):  # a structured observation: the same flat obs, its leaves in the spec
+        dtype = draw(st.sampled_from(["uint8", "float32"]))
+        leaves = [ObsLeaf(path=("grid",), kind="box", shape=(2, 2), dtype="uint8"),
+                  ObsLeaf(path=("pos", 0), kind="discrete", nvec=(4,)),
+                  *([ObsLeaf(path=("pos", 1), kind="box", shape=(1,), dtype="float32")] if dtype == "float32" else [])]
+        spec = dataclasses.replace(spec, **structured_obs(leaves))
     num_envs = draw(st.integers(1, 4))
     return Case(spec=spec, horizon=draw(st.integers(2, 5)), state_size=draw(st.sampled_from([0, 2])),
                 rows_per_message=draw(st.integers(1, 4)),

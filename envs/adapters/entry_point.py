@@ -10,6 +10,8 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from typing import Any
+
+from configs.baselines import is_entry_point_form
 from envs.errors import EnvConfigError
 
 EXAMPLE = "mpe2.simple_spread_v3:parallel_env"
@@ -36,10 +38,9 @@ def import_attribute(module_name: str, attrs: list[str], *, where: str, error: t
 def resolve_entry_point(text: str, *, env_name: str) -> Callable[..., Any]:
     """The callable ``text`` ('module:callable' or 'module:attr.attr') names; ValueError if it cannot be had."""
     where = f"env.entry_point {text!r} (env '{env_name}')"
-    module_name, sep, attr_path = text.partition(":")
+    module_name, _, attr_path = text.partition(":")
     attrs = attr_path.split(".")
-    if (not sep or ":" in attr_path or not module_name.strip() or not all(a.isidentifier() for a in attrs)
-            or not all(part.isidentifier() for part in module_name.split("."))):
+    if not is_entry_point_form(text):
         raise EnvConfigError(f"{where} must look like 'module:callable' (a dotted module path, a colon, then an "
                          f"attribute path), e.g. {EXAMPLE!r}")
     obj = import_attribute(module_name, attrs, where=where, error=EnvConfigError)

@@ -2,13 +2,15 @@
 
 Holds ``num_envs`` independent ``gymnasium.make`` instances and steps them one after another in Python,
 writing into caller-owned ``StepBuffers`` and auto-resetting finished episodes like the native envs do.
-Spaces map as ``envs.adapters.gym_spaces`` describes: Box or dict-with-action-mask observations; Discrete,
+Spaces map as ``envs.adapters.gym_spaces`` describes: Box, dict-with-action-mask or structured (Dict / Tuple)
+observations, carried flat (``envs.obs_layout``); Discrete,
 MultiDiscrete or Box actions (``start`` offsets added, Box actions clipped to the space's bounds).
 """
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from typing import Any
 
 import gymnasium
@@ -40,8 +42,10 @@ class GymnasiumVecEnv:
     episode did not also terminate (Gymnasium's TimeLimit may set both on the last step).
     """
 
-    def __init__(self, gym_id: str, num_envs: int, *, max_steps: int, kwargs: dict[str, Any]) -> None:
-        """Make ``num_envs`` envs; ``max_steps <= 0`` keeps the env's registered time limit."""
+    def __init__(self, gym_id: str, num_envs: int, *, max_steps: int, kwargs: dict[str, Any],
+                 obs_keys: Sequence[str] = ()) -> None:
+        """Make ``num_envs`` envs; ``max_steps <= 0`` keeps the env's registered time limit; ``obs_keys``: the
+        top-level keys of a Dict observation to keep (all when empty)."""
         if num_envs <= 0:
             raise EnvConfigError(f"GymnasiumVecEnv needs num_envs >= 1, got {num_envs}")
         self.gym_id = gym_id
@@ -51,7 +55,7 @@ class GymnasiumVecEnv:
             first = _make_one(gym_id, max_steps, kwargs)
             self._envs.append(first)
             self._spaces = SpaceConverter(f"gymnasium env '{gym_id}'", first.observation_space,
-                                          first.action_space)
+                                          first.action_space, obs_keys=obs_keys)
             self.spec: EnvSpec = self._spaces.spec
             for _ in range(num_envs - 1):
                 self._envs.append(_make_one(gym_id, max_steps, kwargs))

@@ -8,6 +8,10 @@ What maps onto what (one agent's spaces):
 * observation ``Dict{"observation": Box, "action_mask": Box | MultiBinary}`` (the PettingZoo classic
   convention) -> the ``observation`` Box as above plus ``spec.action_mask=True``; the mask must hold
   ``sum(nvec)`` flags (one block of ``nvec[i]`` per component) and any nonzero flag is written as 1 (legal);
+* any other ``Dict`` or ``Tuple`` (nested; Box, Discrete, MultiDiscrete, MultiBinary leaves), or a Discrete,
+  MultiDiscrete or MultiBinary space alone -> a structured observation carried flat (``EnvSpec.obs_leaves``,
+  ``envs.obs_layout``; leaves from ``envs.adapters.gym_leaves``); a Dict's ``action_mask`` key is the action mask
+  as above, and ``obs_keys`` (``env.obs_keys``) keeps only those top-level Dict keys;
 * action ``Discrete(n, start)`` -> ``ActionSpace.discrete(n)``; Sluice's action ``a`` in ``[0, n)`` becomes
   ``start + a``;
 * action ``MultiDiscrete(nvec, start)`` with a 1-D ``nvec`` -> ``ActionSpace.multi_discrete(nvec)``;
@@ -16,25 +20,31 @@ What maps onto what (one agent's spaces):
   (an unclipped Gaussian sample) is clipped to ``[low, high]`` and cast to the space's dtype.
 
 Anything else is a ValueError naming the env (its label), the space and what is supported. Observations
-and masks an env returns are checked against the declared spaces; a mismatch is a ValueError naming the
-env, the env index, the call (reset/step), what came back and what was expected.
+and masks an env returns are checked against the declared spaces (a structured one leaf by leaf: shape, integer or
+number dtype, discrete values in range, finite floats); a mismatch is a ValueError naming the env, the env index,
+the call (reset/step), the leaf, what came back and what was expected.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 from gymnasium import spaces
 
+from envs.adapters.gym_leaves import MASK_KEY, image_layout_of, leaves_of, select_keys
 from envs.base import EnvSpec, StepBuffers
+from envs.obs_layout import ObsFlattener, structured_obs
 from envs.spaces import ActionSpace
 from envs.errors import EnvConfigError, EnvRaised
 
-SUPPORTED = ("supported: Box observation spaces (any dtype), or Dict observation spaces with exactly the keys "
-             "'observation' (a Box) and 'action_mask' (a Box or MultiBinary of sum(nvec) flags); Discrete, "
+SUPPORTED = ("supported: Box observation spaces (any dtype), Dict and Tuple observation spaces (nested) of Box, "
+             "Discrete, MultiDiscrete and MultiBinary leaves (a Dict's 'action_mask' key, a Box or MultiBinary of "
+             "sum(nvec) flags, is the action mask), or one Discrete, MultiDiscrete or MultiBinary; Discrete, "
              "MultiDiscrete (1-D nvec) and Box (float dtype, 1-D shape) action spaces")
+STRUCTURED = (spaces.Dict, spaces.Tuple, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
+"""Observation spaces carried as a structured observation (``EnvSpec.obs_leaves``)."""
 
 
 def _unsupported(label: str, which: str, space: spaces.Space, why: str = "") -> EnvConfigError:
@@ -61,34 +71,26 @@ def _action_space(label: str, space: spaces.Space) -> ActionSpace:
     raise _unsupported(label, "action", space)
 
 
-def _observation_parts(label: str, space: spaces.Space) -> tuple[spaces.Box, spaces.Space | None]:
-    """(observation Box, action-mask space or None) of a supported observation space."""
-    if isinstance(space, spaces.Box):
-        return space, None
-    if isinstance(space, spaces.Dict) and set(space.spaces) == {"observation", "action_mask"}:
-        obs, mask = space.spaces["observation"], space.spaces["action_mask"]
-        if isinstance(obs, spaces.Box) and isinstance(mask, (spaces.Box, spaces.MultiBinary)):
-            return obs, mask
+def _observation_parts(label: str, space: spaces.Space,
+                       obs_keys: Sequence[str]) -> tuple[spaces.Space, spaces.Space | None]:
+    """(observation Box or structured space, action-mask space or None) of a supported observation space."""
+    mask = space.spaces.get(MASK_KEY) if isinstance(space, spaces.Dict) else None
+    if mask is not None and not isinstance(mask, (spaces.Box, spaces.MultiBinary)):
+        raise _unsupported(label, "observation", space, f"its {MASK_KEY} is no Box or MultiBinary")
+    obs = select_keys(label, space, obs_keys)
+    if isinstance(obs, spaces.Dict) and mask is not None and set(obs.spaces) == {"observation"} \
+            and isinstance(obs.spaces["observation"], spaces.Box):
+        return obs.spaces["observation"], mask  # PettingZoo's classic {observation, action_mask}
+    if isinstance(obs, (spaces.Box, *STRUCTURED)):
+        return obs, mask
     raise _unsupported(label, "observation", space)
 
 
-IMAGE_CHANNELS_MAX = 4
-"""Most channels an axis of a rank-3 Box may have to be read as its channel axis (RGB, RGBA, a few stacked frames)."""
-
-
-def image_layout_of(obs_shape: tuple[int, ...]) -> str:
-    """``EnvSpec.image_layout`` of a Box observation: hwc (last axis <= 4), else chw (first axis <= 4), else ""."""
-    if len(obs_shape) != 3:
-        return ""
-    if obs_shape[-1] <= IMAGE_CHANNELS_MAX:
-        return "hwc"
-    return "chw" if obs_shape[0] <= IMAGE_CHANNELS_MAX else ""
-
-
 def spec_from_spaces(label: str, observation_space: spaces.Space, action_space: spaces.Space, *,
-                     num_agents: int = 1) -> EnvSpec:
-    """The EnvSpec of an env whose agents have these spaces; ValueError naming ``label`` if unsupported."""
-    obs, mask = _observation_parts(label, observation_space)
+                     num_agents: int = 1, obs_keys: Sequence[str] = ()) -> EnvSpec:
+    """The EnvSpec of an env whose agents have these spaces (``obs_keys``: the Dict keys kept, all when empty);
+    ValueError naming ``label`` if unsupported."""
+    obs, mask = _observation_parts(label, observation_space, obs_keys)
     action = _action_space(label, action_space)
     if mask is not None:
         if action.kind == "box":
@@ -98,6 +100,9 @@ def spec_from_spaces(label: str, observation_space: spaces.Space, action_space: 
             raise _unsupported(label, "observation", observation_space,
                                f"its action_mask has shape {tuple(mask.shape)} but the action space "
                                f"{action_space!r} needs ({action.num_logits},) flags (sum(nvec))")
+    if isinstance(obs, STRUCTURED):
+        return EnvSpec(num_agents=num_agents, action=action, action_mask=mask is not None,
+                       **structured_obs(leaves_of(label, obs)))
     obs_shape = tuple(int(d) for d in obs.shape)
     return EnvSpec(num_agents=num_agents, obs_shape=obs_shape, obs_dtype=np.dtype(obs.dtype).name, action=action,
                    action_mask=mask is not None, image_layout=image_layout_of(obs_shape))
@@ -108,17 +113,20 @@ class SpaceConverter:
 
     ``label`` prefixes every message (e.g. ``"gymnasium env 'CartPole-v1'"``); ``source`` names where the
     expected shapes come from (``observation_space``, ``single_observation_space``, ...). Methods taking
-    ``where`` put it after the label (e.g. ``"(env 3)"``, ``"(env 0, agent 'agent_1')"``).
+    ``where`` put it after the label (e.g. ``"(env 3)"``, ``"(env 0, agent 'agent_1')"``). ``obs_keys``
+    (``env.obs_keys``): the top-level keys of a Dict observation to keep (all when empty).
     """
 
     def __init__(self, label: str, observation_space: spaces.Space, action_space: spaces.Space, *,
-                 num_agents: int = 1, source: str = "observation_space") -> None:
+                 num_agents: int = 1, source: str = "observation_space", obs_keys: Sequence[str] = ()) -> None:
         """Build the spec (ValueError if unsupported) and remember how to convert actions and observations."""
         self.label = label
         self.source = source
-        self.spec = spec_from_spaces(label, observation_space, action_space, num_agents=num_agents)
+        self.spec = spec_from_spaces(label, observation_space, action_space, num_agents=num_agents,
+                                     obs_keys=obs_keys)
         self.action_space = action_space
         self._dict_obs = isinstance(observation_space, spaces.Dict)
+        self._flattener = ObsFlattener(self.spec) if self.spec.obs_leaves else None
         self._obs_dtype = np.dtype(self.spec.obs_dtype)
         self._env_dtype = np.dtype(action_space.dtype) if action_space.dtype is not None else np.dtype(np.int64)
         action = self.spec.action
@@ -186,6 +194,15 @@ class SpaceConverter:
         """Split and validate observations with leading batch shape ``lead``."""
         prefix = f"{self.label} {where} {call}() returned"
         mask_raw: Any = None
+        if self._flattener is not None:
+            if self.spec.action_mask:
+                if not isinstance(raw, Mapping) or MASK_KEY not in raw:
+                    got = sorted(raw) if isinstance(raw, Mapping) else type(raw).__name__
+                    raise EnvConfigError(f"{prefix} {noun} of {got}; expected a dict with the key '{MASK_KEY}' "
+                                         f"(from its {self.source})")
+                mask_raw = raw[MASK_KEY]
+            obs = self._flattener.flatten(raw, lead=lead, where=prefix)
+            return obs, None if mask_raw is None else self._mask(mask_raw, lead, prefix)
         if self._dict_obs:
             if not isinstance(raw, Mapping) or "observation" not in raw or "action_mask" not in raw:
                 got = sorted(raw) if isinstance(raw, Mapping) else type(raw).__name__
@@ -199,12 +216,16 @@ class SpaceConverter:
                              f"{expected} dtype {self.spec.obs_dtype} (from its {self.source})")
         if mask_raw is None:
             return obs, None
+        return obs, self._mask(mask_raw, lead, prefix)
+
+    def _mask(self, mask_raw: Any, lead: tuple[int, ...], prefix: str) -> np.ndarray:
+        """The uint8 action mask (1 = legal) from what the env returned; ValueError on mismatch."""
         mask = np.asarray(mask_raw)
         expected = (*lead, self.spec.mask_size)
         if mask.shape != expected or mask.dtype.kind not in "biuf":
             raise EnvConfigError(f"{prefix} an action mask with shape {mask.shape} dtype {mask.dtype}; expected "
                              f"shape {expected} of 0/1 flags (sum(nvec) per agent, from its {self.source})")
-        return obs, (mask != 0).astype(np.uint8)
+        return (mask != 0).astype(np.uint8)
 
 
 def close_each(envs: list, label: str) -> None:

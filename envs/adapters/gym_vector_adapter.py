@@ -23,6 +23,7 @@ sub-env is truncated and reset at once, by ``reset_mask``); ``max_steps <= 0`` k
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -37,8 +38,10 @@ from envs.errors import EnvConfigError, EnvRaised
 class GymnasiumVectorAdapter:
     """A Gymnasium VectorEnv built by an entry point, stepped into caller-owned StepBuffers."""
 
-    def __init__(self, entry_point: str, num_envs: int, *, max_steps: int, kwargs: dict[str, Any]) -> None:
-        """Call the entry point, check what it built, and read its spaces (ValueError if unsupported)."""
+    def __init__(self, entry_point: str, num_envs: int, *, max_steps: int, kwargs: dict[str, Any],
+                 obs_keys: Sequence[str] = ()) -> None:
+        """Call the entry point, check what it built, and read its spaces (ValueError if unsupported);
+        ``obs_keys``: the top-level keys of a Dict observation to keep (all when empty)."""
         if num_envs <= 0:
             raise EnvConfigError(f"GymnasiumVectorAdapter needs num_envs >= 1, got {num_envs}")
         fn = resolve_entry_point(entry_point, env_name="gymnasium_vector")
@@ -54,7 +57,7 @@ class GymnasiumVectorAdapter:
         try:
             self._check_env(env)
             self._spaces = SpaceConverter(self.label, env.single_observation_space, env.single_action_space,
-                                          source="single_observation_space")
+                                          source="single_observation_space", obs_keys=obs_keys)
             self.mode = self._autoreset_mode(env)
         except BaseException:
             with contextlib.suppress(RuntimeError):

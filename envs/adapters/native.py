@@ -4,6 +4,12 @@
 ``MyVecEnv(num_envs=..., max_steps=..., **env.kwargs)``; what comes back must follow ``envs.base.VecEnv``:
 an ``EnvSpec`` as ``.spec``, ``.num_envs`` as asked, and ``reset``/``step``/``close``. Every mismatch is a
 ValueError naming the entry point and what was expected. docs/ENVIRONMENTS.md walks through writing one.
+
+A native env with a structured (dict / tuple) observation declares its leaves in its spec,
+``EnvSpec(**envs.obs_layout.structured_obs([ObsLeaf(path=("image",), kind="box", shape=(7, 7, 3), dtype="uint8",
+image_layout="hwc"), ObsLeaf(path=("direction",), kind="discrete", nvec=(4,))]), ...)``, and writes each observation
+into its flat row with ``envs.obs_layout.flatten_obs(obs, spec, out=buffers.obs[slot])`` (or a whole batch with
+``lead=(n,)``), which checks every leaf.
 """
 
 from __future__ import annotations

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -42,11 +43,36 @@ from envs.adapters.gym_spaces import SpaceConverter, close_each, report_episode
 from envs.errors import EnvConfigError, EnvRaised
 
 
+def check_agents(label: str, envs: list[Any]) -> tuple[str, ...]:
+    """``possible_agents`` of ``envs[0]``; EnvConfigError unless every env has the same agents and all agents share
+    one observation space and one action space (also used by ``envs.adapters.pettingzoo_aec_adapter``)."""
+    agents = tuple(envs[0].possible_agents)
+    if not agents:
+        raise EnvConfigError(f"{label}: possible_agents is empty")
+    for e, env in enumerate(envs[1:], start=1):
+        if tuple(env.possible_agents) != agents:
+            raise EnvConfigError(f"{label}: env {e} has possible_agents {list(env.possible_agents)} but "
+                                 f"env 0 has {list(agents)}")
+    env, first = envs[0], agents[0]
+    for kind in ("observation", "action"):
+        space_of = getattr(env, f"{kind}_space")
+        reference = space_of(first)
+        differ = [agent for agent in agents[1:] if space_of(agent) != reference]
+        if differ:
+            raise EnvConfigError(
+                f"{label}: all agents must share one observation space and one action space, but the "
+                f"{kind} space of agents {differ} differs from {first!r}'s {reference!r} (e.g. "
+                f"{differ[0]!r} has {space_of(differ[0])!r})")
+    return agents
+
+
 class PettingZooParallelAdapter:
     """``num_envs`` PettingZoo ParallelEnvs stepped one after another into caller-owned StepBuffers."""
 
-    def __init__(self, entry_point: str, num_envs: int, *, max_steps: int, kwargs: dict[str, Any]) -> None:
-        """Build ``num_envs`` envs with the entry point and read their agents and spaces."""
+    def __init__(self, entry_point: str, num_envs: int, *, max_steps: int, kwargs: dict[str, Any],
+                 obs_keys: Sequence[str] = ()) -> None:
+        """Build ``num_envs`` envs with the entry point and read their agents and spaces; ``obs_keys``: the
+        top-level keys of a Dict observation to keep (all when empty)."""
         if num_envs <= 0:
             raise EnvConfigError(f"PettingZooParallelAdapter needs num_envs >= 1, got {num_envs}")
         fn = resolve_entry_point(entry_point, env_name="pettingzoo")
@@ -57,12 +83,11 @@ class PettingZooParallelAdapter:
         try:
             for e in range(num_envs):
                 self._envs.append(self._make(fn, kwargs, e))
-            self.agents: tuple[str, ...] = tuple(self._envs[0].possible_agents)
-            self._check_agents()
+            self.agents: tuple[str, ...] = check_agents(self.label, self._envs)
             first = self._envs[0]
             self._spaces = SpaceConverter(self.label, first.observation_space(self.agents[0]),
                                           first.action_space(self.agents[0]), num_agents=len(self.agents),
-                                          source=f"observation_space({self.agents[0]!r})")
+                                          source=f"observation_space({self.agents[0]!r})", obs_keys=obs_keys)
         except BaseException:
             with contextlib.suppress(RuntimeError):
                 self.close()  # the construction error is the one worth reporting
@@ -93,25 +118,6 @@ class PettingZooParallelAdapter:
                              f"{type(env).__qualname__}, not a pettingzoo ParallelEnv (for an AEC env use "
                              f"its module's parallel_env, or wrap it with pettingzoo.utils.aec_to_parallel)")
         return env
-
-    def _check_agents(self) -> None:
-        """ValueError unless every env has the same agents and all agents share one obs and one action space."""
-        if not self.agents:
-            raise EnvConfigError(f"{self.label}: possible_agents is empty")
-        for e, env in enumerate(self._envs[1:], start=1):
-            if tuple(env.possible_agents) != self.agents:
-                raise EnvConfigError(f"{self.label}: env {e} has possible_agents {list(env.possible_agents)} but "
-                                 f"env 0 has {list(self.agents)}")
-        env, first = self._envs[0], self.agents[0]
-        for kind in ("observation", "action"):
-            space_of = getattr(env, f"{kind}_space")
-            reference = space_of(first)
-            differ = [agent for agent in self.agents[1:] if space_of(agent) != reference]
-            if differ:
-                raise EnvConfigError(
-                    f"{self.label}: all agents must share one observation space and one action space, but the "
-                    f"{kind} space of agents {differ} differs from {first!r}'s {reference!r} (e.g. "
-                    f"{differ[0]!r} has {space_of(differ[0])!r})")
 
     @staticmethod
     def _state_shape_of(env: Any) -> tuple[int, ...]:

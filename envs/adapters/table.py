@@ -35,17 +35,25 @@ def _entry_point_label(cfg: EnvConfig) -> str:
 
 def _gymnasium(cfg: EnvConfig, num_envs: int) -> VecEnv:
     from envs.adapters.gym_adapter import GymnasiumVecEnv
-    return GymnasiumVecEnv(cfg.gym_id, num_envs, max_steps=cfg.max_steps, kwargs=cfg.kwargs)
+    return GymnasiumVecEnv(cfg.gym_id, num_envs, max_steps=cfg.max_steps, kwargs=cfg.kwargs, obs_keys=cfg.obs_keys)
 
 
 def _gymnasium_vector(cfg: EnvConfig, num_envs: int) -> VecEnv:
     from envs.adapters.gym_vector_adapter import GymnasiumVectorAdapter
-    return GymnasiumVectorAdapter(cfg.entry_point, num_envs, max_steps=cfg.max_steps, kwargs=cfg.kwargs)
+    return GymnasiumVectorAdapter(cfg.entry_point, num_envs, max_steps=cfg.max_steps, kwargs=cfg.kwargs,
+                                  obs_keys=cfg.obs_keys)
 
 
 def _pettingzoo(cfg: EnvConfig, num_envs: int) -> VecEnv:
     from envs.adapters.pettingzoo_adapter import PettingZooParallelAdapter
-    return PettingZooParallelAdapter(cfg.entry_point, num_envs, max_steps=cfg.max_steps, kwargs=cfg.kwargs)
+    return PettingZooParallelAdapter(cfg.entry_point, num_envs, max_steps=cfg.max_steps, kwargs=cfg.kwargs,
+                                     obs_keys=cfg.obs_keys)
+
+
+def _pettingzoo_aec(cfg: EnvConfig, num_envs: int) -> VecEnv:
+    from envs.adapters.pettingzoo_aec_adapter import PettingZooAECAdapter
+    return PettingZooAECAdapter(cfg.entry_point, num_envs, max_steps=cfg.max_steps, kwargs=cfg.kwargs,
+                                obs_keys=cfg.obs_keys)
 
 
 def _native(cfg: EnvConfig, num_envs: int) -> VecEnv:
@@ -59,6 +67,8 @@ ADAPTERS: dict[str, Adapter] = {
                                 entry_point_example="gymnasium:make_vec"),
     "pettingzoo": Adapter(make=_pettingzoo, label=_entry_point_label,
                           entry_point_example="mpe2.simple_spread_v3:parallel_env"),
+    "pettingzoo_aec": Adapter(make=_pettingzoo_aec, label=_entry_point_label,
+                              entry_point_example="pettingzoo.classic.tictactoe_v3:env"),
     "native": Adapter(make=_native, label=_entry_point_label, entry_point_example="examples.corridor:CorridorVec"),
 }
 """Every adapter by its ``env.name``."""
