@@ -9,8 +9,8 @@ ready envs: 16 envs with 10 unique snapshots cost one batched forward pass per s
 vmap over the 10 snapshots' stacked weights), not 16 and not 10.
 
 The pool server may also name a fixed baseline (``selfplay.baseline_opponents``): a digest ``baseline:<name>``
-(``configs.baselines.BASELINE_DIGEST_PREFIX``), which the cache builds here (``envs.builtin.connect_four.players``)
-instead of downloading anything.
+(``configs.baselines.BASELINE_DIGEST_PREFIX``; a name of ``configs.baselines``, an entry point too), which the cache
+builds here (``envs.baseline_players``) instead of downloading anything.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from actors.inference import Inference
 from actors.opponent_batch import SnapshotBatch
 from configs.baselines import BASELINE_DIGEST_PREFIX
 from configs.schema import ModelSection
-from envs.builtin.connect_four.players import baseline_player
+from envs.baseline_players import baseline_player
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,10 +83,9 @@ class SnapshotOpponent:
 def opponent_for(digest: str, *, build_snapshot: Callable[[str], Inference], seed: int) -> Player:
     """The opponent a pool assignment's digest names: a fixed baseline (``baseline:<name>``) or a snapshot."""
     if digest.startswith(BASELINE_DIGEST_PREFIX):
-        try:
-            return baseline_player(digest[len(BASELINE_DIGEST_PREFIX):], seed=seed)
-        except ValueError as err:
-            raise ValueError(f"pool assignment names an opponent this host cannot play: {err}") from err
+        name = digest[len(BASELINE_DIGEST_PREFIX):]
+        return baseline_player(name, seed=seed, error=ValueError,
+                               where=f"pool assignment names an opponent this host cannot play: baseline {name!r}")
     return SnapshotOpponent(build_snapshot(digest))
 
 

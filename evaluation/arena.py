@@ -1,12 +1,14 @@
 """Head-to-head games between two players on a vectorised two-player turn-based env, in-process and batched.
 
-Used by ``evaluation/elo.py`` to rate self-play snapshots against each other and against fixed baselines. The fixed
-Connect Four players (``envs/builtin/connect_four/players.py``, re-exported here): ``RandomPlayer``, ``OnePlyPlayer`` and
-``NegamaxPlayer`` (depth-limited search for forced wins and losses).
+Used by ``evaluation/elo.py`` to rate self-play snapshots against each other and against baselines. The fixed
+Connect Four players (``envs/builtin/connect_four/players.py``, re-exported here): ``RandomPlayer`` (any masked env),
+``OnePlyPlayer`` and ``NegamaxPlayer`` (depth-limited search for forced wins and losses); ``baseline_player``
+(``envs/baseline_players.py``, re-exported) resolves any baseline name, entry points ``module.path:callable`` too.
 
-Env contract (what ``play_match`` relies on; ``envs/builtin/connect_four/game.py`` implements it, and any VecEnv
-that follows it works too): ``num_agents == 2``, env ``e`` has slots ``2e`` (seat 0, in Connect Four the
-player who moves first) and ``2e + 1`` (seat 1); on every step only the ``active`` slots' actions matter (the
+Env contract (what ``play_match`` relies on; ``envs/builtin/connect_four/game.py`` implements it, so does
+``envs/adapters/pettingzoo_aec_adapter.py`` for a two-player AEC env, and any VecEnv that follows it works too):
+``num_agents == 2``, env ``e`` has slots ``2e`` (seat 0, in Connect Four the player who moves first) and ``2e + 1``
+(seat 1); on every step only the ``active`` slots' actions matter (the
 player to move); the step that ends a game reports ``episode_done`` with ``episode_return`` (> 0 win, < 0
 loss, 0 draw) on BOTH slots of that env, and the env auto-resets (a slot's held terminal reward arriving on
 a later step is not an episode end and is ignored here). Inactive slots still get a legal action (the first
@@ -36,7 +38,8 @@ import numpy as np
 import torch
 
 from envs.base import EnvSpec, StepBuffers, VecEnv
-from envs.builtin.connect_four.players import NegamaxPlayer, OnePlyPlayer, RandomPlayer, baseline_player
+from envs.baseline_players import baseline_player
+from envs.builtin.connect_four.players import NegamaxPlayer, OnePlyPlayer, RandomPlayer
 from envs.registry import make_vec_env
 from actors.inference import Inference
 from configs.env_config import EnvConfig

@@ -38,11 +38,12 @@ from pathlib import Path
 
 import torch
 
-from configs.baselines import BASELINE_FORMS, baseline_strength
+from configs.baselines import BASELINE_FORMS, baseline_env_problem, is_baseline_name
 from configs.schema import RunConfig
+from envs.baseline_players import baseline_player
 from envs.registry import env_spec
 from evaluation.arena import MatchOutcome, Player, PolicyPlayer, play_match
-from evaluation.elo import EloError, baseline_player, pairing_seed, load_run_config, open_pool
+from evaluation.elo import EloError, pairing_seed, load_run_config, open_pool
 from evaluation.best_snapshot import BEST_DIR, KeptBest, kept_best_lineage, read_best, write_best
 from evaluation.kept_best_gate import GateResult, KeptBestGate
 from learner.monitor.evaluation_results import EVALUATION_RESULTS
@@ -152,8 +153,9 @@ class Evaluator:
         self.store = store
         self.settings = settings
         self.spec = env_spec(config.env)
-        self.baselines: dict[str, Player] = {name: baseline_player(name, seed=settings.seed)
-                                             for name in settings.baselines}
+        self.baselines: dict[str, Player] = {
+            name: baseline_player(name, seed=settings.seed, where=f"--baselines {name!r}", error=DuringTrainingError)
+            for name in settings.baselines}
         self.results_path = run_dir / EVALUATION_RESULTS
         self.last_update = last_evaluated_update(self.results_path)
         best = read_best(run_dir)
@@ -245,9 +247,13 @@ def settings_from(args: argparse.Namespace, config: RunConfig) -> EvaluationSett
         raise DuringTrainingError(f"--interval-updates must be >= 1, got {interval}")
     if games < 2 or games % 2:
         raise DuringTrainingError(f"--games must be even and >= 2 (seats alternate), got {games}")
-    unknown = [name for name in baselines if baseline_strength(name) is None]
+    unknown = [name for name in baselines if not is_baseline_name(name)]
     if unknown or not baselines or len(set(baselines)) != len(baselines):
         raise DuringTrainingError(f"--baselines {text!r}: give distinct names, each one of: {BASELINE_FORMS}")
+    for name in baselines:
+        problem = baseline_env_problem(name, config.env.name)
+        if problem is not None:
+            raise DuringTrainingError(f"--baselines: {problem}")
     greedy = args.greedy if args.greedy is not None else section.greedy
     gate_games = args.gate_games if args.gate_games is not None else section.gate_games
     if gate_games < 0 or gate_games % 2:

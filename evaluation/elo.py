@@ -1,9 +1,10 @@
 """Elo ratings of a self-play run's pool snapshots: ``python -m evaluation.elo --run-dir runs/X`` (seeds/002, issue 6).
 
-Plays the run's pool snapshots (``<run-dir>/pool/``) against each other and against fixed baselines (by
-default ``random``: uniformly random legal moves, ``one_ply``: win now, else block, else random, and
-``negamax-2``, ``negamax-4``: random among the best moves of a 2- / 4-ply search for forced wins and losses;
-``--baselines random,one_ply,negamax-<depth>,...`` picks others, ``random`` always among them), with
+Plays the run's pool snapshots (``<run-dir>/pool/``) against each other and against baselines (by default, on
+``connect_four``, ``random``: uniformly random legal moves, ``one_ply``: win now, else block, else random, and
+``negamax-2``, ``negamax-4``: random among the best moves of a 2- / 4-ply search for forced wins and losses; on a
+two-player ``pettingzoo_aec`` env just ``random``; ``--baselines random,one_ply,negamax-<depth>,module.path:fn,...``
+picks others, ``random`` always among them, an entry point being a player ``envs.baseline_players`` builds), with
 ``evaluation.arena.play_match`` (seats alternating, batched, in-process), then fits Bradley-Terry ratings by
 maximum likelihood (``evaluation.ratings.fit_ratings``: order-independent, draws count half) on the Elo scale,
 ANCHORED so that ``random`` is exactly 1000.
@@ -12,7 +13,8 @@ Pairings (each played ``--episodes`` times):
 
 * ``sequential`` (default): every snapshot against each of the ``--window-size`` snapshots before it, every
   snapshot against every baseline, and the baselines in a chain from weakest to strongest (``random`` vs
-  ``one_ply``, ``one_ply`` vs ``negamax-2``, ``negamax-2`` vs ``negamax-4``), so the fit stays connected;
+  ``one_ply``, ``one_ply`` vs ``negamax-2``, ``negamax-2`` vs ``negamax-4``, then the entry points in the order
+  given), so the fit stays connected;
 * ``round-robin``: every pair of players (snapshots and baselines).
 
 A long pool is thinned evenly to at most ``--max-snapshots`` (first and newest always kept); the output says
@@ -32,7 +34,8 @@ loss rates, a parametric bootstrap). The table's ``±2sd`` column, the CSV's ``e
 and elo.json's ``uncertainty`` (``sd``, ``pm`` = 2 sd, and the 2.5 and 97.5 percentiles per player; each snapshot's
 ``elo_pm``) show it: plus or minus 2 standard deviations of a player's resampled ratings (about a 95% interval).
 The anchor ``random`` is exactly 1000 in every resample, so its spread is 0 and the others' is relative to it. Errors:
-``python -m evaluation.elo: error: <message>`` on stderr, exit status 2. Connect Four only for now.
+``python -m evaluation.elo: error: <message>`` on stderr, exit status 2. Two-player turn-based envs only
+(``configs.baselines.TWO_PLAYER_ENVS``: connect_four, and pettingzoo_aec with two agents).
 """
 
 from __future__ import annotations
@@ -50,10 +53,12 @@ import numpy as np
 import torch
 
 from envs.registry import env_spec
-from configs.baselines import BASELINE_ENVS, BASELINE_FORMS, baseline_strength
+from configs.baselines import (BASELINE_FORMS, TWO_PLAYER_ENVS, baseline_env_problem, baseline_strength,
+                               is_baseline_name)
 from configs.schema import RunConfig
 from evaluation.best_snapshot import BEST_DIR, kept_best_lineage, read_best
-from evaluation.arena import MatchOutcome, Player, PolicyPlayer, baseline_player, play_match
+from envs.baseline_players import baseline_player
+from evaluation.arena import MatchOutcome, Player, PolicyPlayer, play_match
 from learner.monitor.evaluation_results import EVALUATION_RESULTS
 from learner.run.run_dir import RunDirError, read_run_config
 from learner.pool.store import INDEX_NAME, Snapshot, SnapshotStore, SnapshotStoreError
@@ -61,11 +66,11 @@ from evaluation.ratings import (MatchResults, bootstrap_ratings, fit_ratings, pl
                                 plot_win_rate_heatmap, write_tables)
 
 PROG = "python -m evaluation.elo"
-TWO_PLAYER_ENVS = BASELINE_ENVS
-"""Env names the arena can rate (two-player turn-based, with the baselines available)."""
 DEFAULT_BASELINES = ("random", "one_ply", "negamax-2", "negamax-4")
-"""Baselines rated when ``--baselines`` is not given, weakest first."""
+"""Baselines rated on connect_four when ``--baselines`` is not given, weakest first (other envs: ``random``)."""
 ANCHOR, ANCHOR_RATING = "random", 1000.0
+ENTRY_POINT_RANK = 1_000_000
+"""Entry-point baselines sort after every fixed one (whose ranks are small), in the order given."""
 MODES = ("sequential", "round-robin")
 DEFAULT_BOOTSTRAP = 200
 """Resampled tournaments behind the ± of each rating when ``--bootstrap`` is not given."""
@@ -130,9 +135,10 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     parser.add_argument("--bootstrap", type=int, default=DEFAULT_BOOTSTRAP, metavar="N",
                         help=f"resampled tournaments behind each rating's ± (2 standard deviations; default "
                              f"{DEFAULT_BOOTSTRAP}, 0 skips it)")
-    parser.add_argument("--baselines", default=",".join(DEFAULT_BASELINES),
+    parser.add_argument("--baselines", default=None,
                         help=f"comma-separated baselines to rate, random required (the anchor); names: "
-                             f"{BASELINE_FORMS} (default {','.join(DEFAULT_BASELINES)})")
+                             f"{BASELINE_FORMS} (default on connect_four {','.join(DEFAULT_BASELINES)}, else "
+                             f"{ANCHOR})")
     return parser
 
 
@@ -153,8 +159,13 @@ def main(argv: Sequence[str] | None = None, *, prog: str = PROG) -> int:
 def run(args: argparse.Namespace) -> dict:
     """Everything ``main`` does, raising ``EloError`` for bad input; returns the elo.json document."""
     _check_args(args)
-    baselines = parse_baselines(args.baselines)
+    given = None if args.baselines is None else parse_baselines(args.baselines)
     config = load_run_config(args.run_dir)
+    baselines = given if given is not None else default_baselines(config.env.name)
+    for name in baselines:
+        problem = baseline_env_problem(name, config.env.name)
+        if problem is not None:
+            raise EloError(f"--baselines: {problem}")
     store = open_pool(args.run_dir)
     torch.set_num_threads(config.run.torch_threads)
     kept = kept_best_indices(args.run_dir, store) if args.kept_best else thin_indices(len(store), args.max_snapshots)
@@ -223,15 +234,21 @@ def bootstrap_spread(players: list[str], wins: np.ndarray, draws: np.ndarray, *,
                   high={name: float(v) for name, v in zip(players, high)})
 
 
+def default_baselines(env_name: str) -> tuple[str, ...]:
+    """The baselines rated when ``--baselines`` is not given: Connect Four's on connect_four, else ``random``."""
+    return DEFAULT_BASELINES if env_name == "connect_four" else (ANCHOR,)
+
+
 def parse_baselines(text: str) -> tuple[str, ...]:
-    """``--baselines``'s comma list as baseline names, weakest first (random, one_ply, negamax by depth)."""
+    """``--baselines``'s comma list as baseline names, weakest first (random, one_ply, negamax by depth), then the
+    entry points in the order given."""
     names = [name.strip() for name in text.split(",") if name.strip()]
     strength: dict[str, int] = {}
-    for name in names:
-        rank = baseline_strength(name)
-        if rank is None:
+    for number, name in enumerate(names):
+        if not is_baseline_name(name):
             raise EloError(f"--baselines: unknown baseline {name!r}; allowed: {BASELINE_FORMS}")
-        strength[name] = rank
+        rank = baseline_strength(name)
+        strength[name] = rank if rank is not None else ENTRY_POINT_RANK + number
     if len(strength) != len(names):
         raise EloError(f"--baselines names a baseline twice: {text!r}")
     if ANCHOR not in strength:
@@ -249,9 +266,12 @@ def load_run_config(run_dir: Path) -> RunConfig:
         raise EloError(f"env.name {config.env.name!r} in {path} is not a two-player turn-based env the arena can "
                        f"rate; allowed: {', '.join(map(repr, TWO_PLAYER_ENVS))}")
     try:
-        env_spec(config.env)
+        spec = env_spec(config.env)
     except ValueError as err:
         raise EloError(f"the run's env is unusable: {err}") from err
+    if spec.num_agents != 2:
+        raise EloError(f"the run's env {config.env.name!r} in {path} has {spec.num_agents} agents per env; the arena "
+                       f"plays two-player games only")
     return config
 
 
@@ -321,7 +341,8 @@ def pairing_seed(seed: int, a: str, b: str) -> int:
 def _make_players(config: RunConfig, store: SnapshotStore, snapshots: list[Snapshot], names: list[str],
                   baselines: Sequence[str], *, greedy: bool, seed: int) -> dict[str, Player]:
     spec = env_spec(config.env)
-    players: dict[str, Player] = {name: baseline_player(name, seed=seed) for name in baselines}
+    players: dict[str, Player] = {name: baseline_player(name, seed=seed, where=f"--baselines {name!r}",
+                                                        error=EloError) for name in baselines}
     for snapshot, name in zip(snapshots, names):
         try:
             arrays = store.load(snapshot.index)

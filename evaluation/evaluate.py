@@ -7,9 +7,9 @@ Loads ``config.yaml`` and a checkpoint's ``model.safetensors`` (the newest unles
 update), plays ``--episodes`` agent episodes in this process (``evaluation.episode_runner``) and prints the mean
 return with a 95% confidence interval (mean +- 1.96 * std / sqrt(n)), the episode count and the mean length.
 
-On a two-player turn-based env (``connect_four``) the policy plays ``--episodes`` games against an opponent
-(``evaluation.opponents``: a baseline, a snapshot of the run's pool, an entry point ``module:callable``, or
-``self``), batched by ``evaluation.arena.play_match`` with seats alternating, and the output adds one line of win,
+On a two-player turn-based env (``connect_four``, a two-agent ``pettingzoo_aec``) the policy plays ``--episodes`` games against an opponent
+(``evaluation.opponents``: a baseline, a snapshot of the run's pool, an entry point ``module:callable`` called as
+``fn(seed=<--seed>)``, or ``self``), batched by ``evaluation.arena.play_match`` with seats alternating, and the output adds one line of win,
 draw and loss rates, overall and per seat. Without ``--opponent`` the opponent is the ``random`` baseline, and a
 one-line note on stderr says so; ``--opponent self`` is the old self-play (both seats the policy, every seat's
 episode counted).
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from configs.baselines import BASELINE_ENVS
+from configs.baselines import TWO_PLAYER_ENVS
 from envs.base import StepBuffers, VecEnv
 from envs.errors import EnvConfigError
 from evaluation.arena import MatchObserver, MatchOutcome, PolicyPlayer, play_match
@@ -45,8 +45,6 @@ from policies.factory import state_arrays
 PROG = "python -m evaluation.evaluate"
 VIDEO_FPS = 30
 """Frames per second of ``--video`` when ``--fps`` is not given."""
-TWO_PLAYER_ENVS = BASELINE_ENVS
-"""Env names played against an ``--opponent`` (two-player turn-based, ``evaluation.arena``'s env contract)."""
 Note = Callable[[str], None]
 """Told (one line) when the opponent is the default one."""
 DEFAULT_OPPONENT = "random"
@@ -106,9 +104,10 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                         help="take the most probable legal action (the mean for box) instead of sampling (a pool "
                              "snapshot --opponent too)")
     parser.add_argument("--opponent", default=None, metavar="SPEC",
-                        help="two-player envs (connect_four): who the policy plays, seats alternating: a baseline "
-                             "(random, one_ply, negamax-<depth>), update:<N> or digest:<hex> (a snapshot of the "
-                             "run's pool), module:callable (an entry point returning a player) or self "
+                        help="two-player envs (connect_four, pettingzoo_aec): who the policy plays, seats "
+                             "alternating: a baseline (random; one_ply, negamax-<depth> on connect_four), "
+                             "update:<N> or digest:<hex> (a snapshot of the run's pool), module:callable (an entry "
+                             "point called as fn(seed=...) returning a player) or self "
                              f"(default {DEFAULT_OPPONENT})")
     parser.add_argument("--video", type=Path, default=None,
                         help="write env 0's episodes to this .mp4 (envs cartpole, gridworld, connect_four)")
@@ -176,11 +175,12 @@ def pick_opponent(args: argparse.Namespace, loaded: LoadedPolicy, note: Note | N
     """The opponent of a two-player env's policy (None: the policy plays alone or against itself)."""
     text = getattr(args, "opponent", None)
     env_name = loaded.config.env.name
-    if env_name not in TWO_PLAYER_ENVS:
+    if env_name not in TWO_PLAYER_ENVS or loaded.spec.num_agents != 2:
         if text is not None:
             allowed = ", ".join(map(repr, TWO_PLAYER_ENVS))
+            agents = "" if env_name not in TWO_PLAYER_ENVS else f" with {loaded.spec.num_agents} agents"
             raise EvaluateError(f"--opponent needs a two-player turn-based env ({allowed}); the run's env.name is "
-                                f"{env_name!r}")
+                                f"{env_name!r}{agents}")
         return None
     if text is None:
         text = DEFAULT_OPPONENT

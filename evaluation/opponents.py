@@ -2,15 +2,16 @@
 
 ``SPEC`` is one of:
 
-* a baseline name (``configs.baselines``): ``random``, ``one_ply`` or ``negamax-<depth>``
-  (``envs/builtin/connect_four/players.py``);
+* a baseline name (``configs.baselines``): ``random``, ``one_ply`` or ``negamax-<depth>`` (those two on
+  ``connect_four`` only; ``envs/builtin/connect_four/players.py``);
 * ``update:<N>``: the run's pool snapshot taken after learner update ``N`` (``<run-dir>/pool/``,
   ``learner.pool.store.SnapshotStore``; the newest one if several have that update);
 * ``digest:<hex>``: the pool snapshot whose sha256 digest is, or starts with, ``<hex>`` (at least
   ``MIN_DIGEST_PREFIX`` hex digits, naming exactly one snapshot);
-* ``module:callable``: an entry point; the callable (a function or a class) is called with no arguments and must
-  return a player: an object with ``act(obs, masks) -> actions`` (``evaluation.arena.Player``; a ``reseed(seed)``
-  method, if it has one, is called before the games);
+* ``module:callable``: an entry point, a baseline too (``envs.baseline_players``, where every baseline name is
+  resolved); the callable (a function or a class) is called as ``fn(seed=<--seed>)`` and must return a player: an
+  object with ``act(obs, masks) -> actions`` (``evaluation.arena.Player``; a ``reseed(seed)`` method, if it has one,
+  is called before the games);
 * ``self``: no opponent: the policy plays itself in both seats (what ``evaluate`` did before ``--opponent``).
 
 Every problem is an ``OpponentError`` whose message starts with ``--opponent`` and says what is wrong.
@@ -21,13 +22,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from configs.baselines import BASELINE_FORMS, baseline_strength
+from configs.baselines import BASELINE_FORMS, baseline_env_problem, baseline_strength, is_entry_point_form
 from configs.schema import RunConfig
-from envs.adapters.entry_point import import_attribute
 from envs.base import EnvSpec
-from evaluation.arena import Player, PolicyPlayer, baseline_player
+from envs.baseline_players import baseline_player
+from evaluation.arena import Player, PolicyPlayer
 from learner.pool.store import INDEX_NAME, Snapshot, SnapshotStore, SnapshotStoreError
 
 SELF = "self"
@@ -36,8 +36,7 @@ UPDATE_PREFIX = "update:"
 DIGEST_PREFIX = "digest:"
 MIN_DIGEST_PREFIX = 6
 """Fewest hex digits a ``digest:`` prefix may have."""
-FORMS = (f"a baseline ({BASELINE_FORMS}), update:<N> or digest:<hex> (a snapshot of the run's pool), "
-         f"module:callable (an entry point returning a player) or self")
+FORMS = f"a baseline ({BASELINE_FORMS}), update:<N> or digest:<hex> (a snapshot of the run's pool) or self"
 """How ``--opponent`` may look, for error messages."""
 _HEX_RE = re.compile(r"[0-9a-f]+")
 _LISTED = 10
@@ -67,6 +66,9 @@ def resolve_opponent(text: str, *, run_dir: Path, config: RunConfig, spec: EnvSp
     if text == SELF:
         return Opponent(name=SELF, player=None, kind="self")
     if baseline_strength(text) is not None:
+        problem = baseline_env_problem(text, config.env.name)
+        if problem is not None:
+            raise OpponentError(f"--opponent: {problem}")
         return Opponent(name=text, player=baseline_player(text, seed=seed), kind="baseline")
     if text.startswith((UPDATE_PREFIX, DIGEST_PREFIX)):
         store = open_pool(run_dir)
@@ -74,8 +76,9 @@ def resolve_opponent(text: str, *, run_dir: Path, config: RunConfig, spec: EnvSp
         return Opponent(name=f"s{snapshot.index}-u{snapshot.update}",
                         player=snapshot_player(store, snapshot, config, spec, greedy=greedy, seed=seed),
                         kind="snapshot")
-    if ":" in text:
-        return Opponent(name=text, player=entry_point_player(text), kind="entry_point")
+    if is_entry_point_form(text):
+        player = baseline_player(text, seed=seed, where=f"--opponent {text!r}", error=OpponentError)
+        return Opponent(name=text, player=player, kind="entry_point")
     raise OpponentError(f"--opponent {text!r} is not an opponent; use {FORMS}")
 
 
@@ -140,23 +143,3 @@ def snapshot_player(store: SnapshotStore, snapshot: Snapshot, config: RunConfig,
         raise OpponentError(f"--opponent: {err}") from err
     except (RuntimeError, ValueError) as err:  # strict load_state_dict, or a model the arena cannot play
         raise OpponentError(f"--opponent: snapshot {name} cannot play: {str(err).splitlines()[0]}") from err
-
-
-def entry_point_player(text: str) -> Any:
-    """The player an entry point ``module:callable`` returns when called with no arguments."""
-    module_name, _, attr_path = text.partition(":")
-    attrs = attr_path.split(".")
-    if (":" in attr_path or not all(a.isidentifier() for a in attrs)
-            or not all(part.isidentifier() for part in module_name.split("."))):
-        raise OpponentError(f"--opponent {text!r} is not an opponent; use {FORMS}")
-    target = import_attribute(module_name, attrs, where=f"--opponent {text!r}", error=OpponentError)
-    if not callable(target):
-        raise OpponentError(f"--opponent {text!r} is not callable (its type is {type(target).__name__})")
-    try:
-        player = target()
-    except Exception as err:
-        raise OpponentError(f"--opponent {text!r}: calling it with no arguments raised {err!r}") from err
-    if not callable(getattr(player, "act", None)):
-        raise OpponentError(f"--opponent {text!r} returned a {type(player).__name__}, not a player (an object "
-                            f"with act(obs, masks) -> actions)")
-    return player

@@ -222,6 +222,10 @@ def test_baselines_parsing():
     assert elo.parse_baselines(" negamax-10 , random,negamax-1,one_ply") == (
         "random", "one_ply", "negamax-1", "negamax-10")  # weakest first, whatever the order given
     assert elo.parse_baselines("random") == ("random",)
+    assert elo.parse_baselines("pkg.b:Make,random,pkg.a:make,one_ply") == (
+        "random", "one_ply", "pkg.b:Make", "pkg.a:make")  # entry points after the fixed ones, in the order given
+    assert elo.default_baselines("connect_four") == elo.DEFAULT_BASELINES
+    assert elo.default_baselines("pettingzoo_aec") == ("random",)
     assert isinstance(elo.baseline_player("negamax-3", seed=0), NegamaxPlayer)
     assert elo.baseline_player("negamax-3", seed=0).depth == 3
     assert isinstance(elo.baseline_player("one_ply", seed=0), OnePlyPlayer)
@@ -230,7 +234,7 @@ def test_baselines_parsing():
 
 @pytest.mark.parametrize("text, message", [
     ("random,two_ply", r"--baselines: unknown baseline 'two_ply'; allowed: random, one_ply, negamax-<depth> "
-                       r"\(depth an integer >= 1\)"),
+                       r"\(depth an integer >= 1; one_ply and negamax connect_four only\) or an entry point"),
     ("random,negamax-0", "unknown baseline 'negamax-0'; allowed: "),
     ("random,negamax-02", "unknown baseline 'negamax-02'; allowed: "),
     ("random,negamax-x", "unknown baseline 'negamax-x'; allowed: "),

@@ -121,7 +121,7 @@ class CountingPlayer:
     made = 0
     reseeds: list[int] = []
 
-    def __init__(self) -> None:
+    def __init__(self, *, seed: int) -> None:
         CountingPlayer.made += 1
         self.name = "counting"
         self.calls = 0
@@ -133,15 +133,15 @@ class CountingPlayer:
         return (masks != 0).argmax(axis=1).astype(np.int32)
 
 
-def make_counting_player() -> CountingPlayer:
-    return CountingPlayer()
+def make_counting_player(seed: int) -> CountingPlayer:
+    return CountingPlayer(seed=seed)
 
 
-def not_a_player() -> int:
+def not_a_player(seed: int) -> int:
     return 3
 
 
-def broken_player() -> None:
+def broken_player(seed: int) -> None:
     raise RuntimeError("no board")
 
 
@@ -189,8 +189,9 @@ def error(capsys, run_dir: Path, *argv: str) -> str:
     return lines[0][len(PREFIX):]
 
 
-FORMS = ("use a baseline (random, one_ply, negamax-<depth> (depth an integer >= 1)), update:<N> or digest:<hex> "
-         "(a snapshot of the run's pool), module:callable (an entry point returning a player) or self")
+FORMS = ("use a baseline (random, one_ply, negamax-<depth> (depth an integer >= 1; one_ply and negamax connect_four "
+         "only) or an entry point module.path:callable (called as fn(seed=<int>), returning a player)), update:<N> or "
+         "digest:<hex> (a snapshot of the run's pool) or self")
 
 
 @pytest.mark.parametrize("spec, message", [
@@ -209,7 +210,7 @@ FORMS = ("use a baseline (random, one_ply, negamax-<depth> (depth an integer >= 
     ("tests.test_evaluate_opponent:NOT_CALLABLE", "--opponent 'tests.test_evaluate_opponent:NOT_CALLABLE' is not "
                                                   "callable (its type is int)"),
     ("tests.test_evaluate_opponent:broken_player", "--opponent 'tests.test_evaluate_opponent:broken_player': calling "
-                                                   "it with no arguments raised RuntimeError('no board')"),
+                                                   "it as fn(seed=0) raised RuntimeError('no board')"),
     ("tests.test_evaluate_opponent:not_a_player", "--opponent 'tests.test_evaluate_opponent:not_a_player' returned a "
                                                   "int, not a player (an object with act(obs, masks) -> actions)"),
 ])
@@ -275,7 +276,8 @@ def test_a_recurrent_policy_needs_opponent_self(tmp_path: Path, capsys) -> None:
 def test_opponent_on_a_one_player_env_and_fps_errors(tmp_path: Path, capsys) -> None:
     run_dir = make_run_dir(tmp_path / "run", ["env.name=cartpole", "env.max_steps=10"])
     assert error(capsys, run_dir, "--opponent", "random") == (
-        "--opponent needs a two-player turn-based env ('connect_four'); the run's env.name is 'cartpole'")
+        "--opponent needs a two-player turn-based env ('connect_four', 'pettingzoo_aec'); the run's env.name is "
+        "'cartpole'")
     assert error(capsys, run_dir, "--fps", "10") == "--fps needs --video (it sets the video's frames per second)"
     video = str(tmp_path / "v.mp4")
     assert error(capsys, run_dir, "--video", video, "--fps", "0") == "--fps must be a number > 0, got 0"

@@ -389,7 +389,7 @@ def test_evaluation_defaults_and_the_connect_four_config():
     (["evaluation.baselines=[negamax-0]"], "unknown baseline 'negamax-0'"),
     (["evaluation.baselines=[random, random]"], "evaluation.baselines names a baseline twice"),
     (["evaluation.baselines=[]"], "evaluation.baselines: expected a non-empty list"),
-    (["evaluation.interval_updates=5"], "env.name 'cartpole' has none (allowed: connect_four)"),
+    (["evaluation.interval_updates=5"], "env.name 'cartpole' has none (allowed: connect_four, pettingzoo_aec)"),
     (["evaluation.interval_updates=5", "selfplay.enabled=false"], "selfplay.enabled must be true"),
 ])
 def test_evaluation_config_errors(overrides, message):

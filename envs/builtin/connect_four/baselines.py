@@ -4,7 +4,8 @@ Each takes what a policy sees (observation planes ``[n, 2, 6, 7]`` from the move
 own stones, plane 1 the opponent's, any nonzero value is a stone; action masks ``[n, 7]``, 1 = legal) and
 return one column per agent as ``int32[n]``, so any of them can stand in for a policy wherever one acts:
 
-* ``random_legal_moves(masks, rng)``: uniformly random among the legal columns;
+* ``random_legal_moves(masks, rng)``: uniformly random among the legal columns (masks of any width: it plays any
+  env with a discrete action space and action masks, the ``random`` baseline);
 * ``one_ply_moves(obs, masks, rng)``: a winning column if there is one, else a column that blocks the
   opponent's immediate win, else uniformly random legal (ties broken uniformly at random at every level).
 * ``negamax_moves(obs, masks, rng, depth=N)``: uniformly random among the columns a depth-N negamax search
@@ -24,10 +25,14 @@ from envs.builtin.connect_four.negamax import best_columns_kernel, check_depth
 from envs.errors import EnvConfigError
 
 
-def _keys(masks: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """Validated masks as bool [n, 7] (an all-zero row: all legal) and uniform random tie-break keys."""
+def _keys(masks: np.ndarray, rng: np.random.Generator, *, width: int | None = COLS) -> tuple[np.ndarray, np.ndarray]:
+    """Validated masks as bool [n, width] (an all-zero row: all legal; ``width`` None: any >= 1) and uniform random
+    tie-break keys."""
     masks = np.asarray(masks)
-    if masks.ndim != 2 or masks.shape[1] != COLS:
+    if masks.ndim != 2 or masks.shape[1] < 1:
+        raise EnvConfigError(f"random legal moves need action masks of shape [n, actions >= 1], got {masks.shape} "
+                             f"(the env has no action masks?)")
+    if width is not None and masks.shape[1] != width:
         raise EnvConfigError(f"Connect Four masks must have shape [n, {COLS}], got {masks.shape}")
     legal = masks != 0
     legal[~legal.any(axis=1)] = True
@@ -47,8 +52,8 @@ def _checked(obs: np.ndarray, masks: np.ndarray, rng: np.random.Generator,
 
 
 def random_legal_moves(masks: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """One uniformly random legal column per row of ``masks`` ([n, 7], 1 = legal), as int32[n]."""
-    legal, keys = _keys(masks, rng)
+    """One uniformly random legal action per row of ``masks`` ([n, actions], 1 = legal), as int32[n]."""
+    legal, keys = _keys(masks, rng, width=None)
     return np.where(legal, keys, -1.0).argmax(axis=1).astype(np.int32)
 
 

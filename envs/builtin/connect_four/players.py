@@ -1,8 +1,9 @@
 """The fixed baseline players of Connect Four, by name (``configs.baselines``): random, one_ply, negamax-<depth>.
 
 Thin players over ``envs/builtin/connect_four/baselines.py``'s move functions: ``act(obs, masks)`` for a batch of agents,
-``reseed(seed)`` to restart their tie-break generator. The arena (``evaluation/arena.py``) plays them in matches;
-actor hosts play them as opponents in training (``selfplay.baseline_opponents``).
+``reseed(seed)`` to restart their tie-break generator (``random`` plays any env with action masks). Every baseline
+name, entry points too, is resolved by ``envs/baseline_players.py``, which builds the fixed ones here; the arena
+(``evaluation/arena.py``) plays them in matches, actor hosts as opponents in training (``selfplay.baseline_opponents``).
 """
 
 from __future__ import annotations
@@ -34,12 +35,12 @@ class SeededPlayer:
 
 
 class RandomPlayer(SeededPlayer):
-    """Uniformly random legal moves (discrete action spaces with masks; the ``random`` baseline)."""
+    """Uniformly random legal moves (any discrete action space with masks; the ``random`` baseline)."""
 
     default_name = "random"
 
     def act(self, obs: np.ndarray, masks: np.ndarray) -> np.ndarray:
-        """One uniformly random legal column per row of ``masks``."""
+        """One uniformly random legal action per row of ``masks``."""
         return random_legal_moves(masks, self.rng)
 
 
