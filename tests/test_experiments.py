@@ -113,6 +113,32 @@ def test_token_cue_trains_both_encoders_through_the_pipeline_and_the_token_one_l
     assert scores["tokens"]["return_mean"] > 20 > 12 > scores["mlp"]["return_mean"]
 
 
+def test_minigrid_doorkey_trains_through_the_pipeline_and_scores_random() -> None:
+    records = run_experiment("minigrid_doorkey", "--seconds", "25", "--random-episodes", "2", "--port",
+                             str(free_port_triple()), "--set", "trainer.batch_size=2048", "--set",
+                             "trainer.minibatch_size=1024", "--set", "trainer.bptt_horizon=32", timeout=200)
+    random_policy, seed = records
+    assert random_policy["policy"] == "random" and 0 <= random_policy["return_mean"] < 0.5
+    assert seed["seed"] == 1 and seed["target"] == 0.9 and seed["learner_exit_code"] == 130  # stopped at --seconds
+    assert seed["reached"] is False and seed["curve"] and seed["curve"][-1]["agent_steps"] > 0
+
+
+@pytest.mark.slow
+def test_tictactoe_selfplay_trains_and_plays_minimax_and_random_in_both_modes() -> None:
+    records = run_experiment("tictactoe_selfplay", "--agent-steps", "8000", "--seconds", "120", "--games", "10",
+                             "--port", str(free_port_triple()), "--set", "trainer.batch_size=2048",
+                             "--set", "trainer.minibatch_size=1024", timeout=300)
+    training, *games = records
+    assert training["learner_exit_code"] == 0 and training["agent_steps"] >= 8000
+    assert {(g["opponent"], g["mode"]) for g in games} == {
+        (opponent, mode) for opponent in ("examples.tictactoe_players:MinimaxPlayer", "random")
+        for mode in ("greedy", "sampled")}
+    for game in games:
+        assert game["games"] == game["wins"] + game["draws"] + game["losses"] == 10
+        assert sum(sum(seat.values()) for seat in game["per_seat"].values()) == 10 and isinstance(game["passed"], bool)
+    assert all(g["wins"] == 0 for g in games if g["opponent"].endswith("MinimaxPlayer"))  # it is perfect
+
+
 C4_SMOKE_SETTINGS = ("trainer.total_timesteps=12000", "trainer.batch_size=2048", "trainer.minibatch_size=1024",
                      "trainer.forward_pass_minibatch_target_size=32", "selfplay.snapshot_interval=1",
                      "selfplay.alternation_steps=40", "evaluation.interval_updates=1", "evaluation.games=10",
