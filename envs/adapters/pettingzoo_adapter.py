@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -45,7 +45,7 @@ from envs.errors import EnvConfigError, EnvRaised
 
 def check_agents(label: str, envs: list[Any]) -> tuple[str, ...]:
     """``possible_agents`` of ``envs[0]``; EnvConfigError unless every env has the same agents and all agents share
-    one observation space and one action space (also used by ``envs.adapters.pettingzoo_aec_adapter``)."""
+    one observation space and one action space (``open_envs`` runs it for both PettingZoo adapters)."""
     agents = tuple(envs[0].possible_agents)
     if not agents:
         raise EnvConfigError(f"{label}: possible_agents is empty")
@@ -66,6 +66,27 @@ def check_agents(label: str, envs: list[Any]) -> tuple[str, ...]:
     return agents
 
 
+def open_envs(label: str, make_one: Callable[[int], Any], num_envs: int, *,
+              obs_keys: Sequence[str]) -> tuple[list[Any], tuple[str, ...], SpaceConverter]:
+    """``make_one(e)`` for each of ``num_envs`` envs, their shared agents (``check_agents``) and the converter of
+    their spaces; on any error the envs made so far are closed (the construction error is the one raised). Shared by
+    the Parallel and the AEC adapter."""
+    envs: list[Any] = []
+    try:
+        for e in range(num_envs):
+            envs.append(make_one(e))
+        agents = check_agents(label, envs)
+        first = envs[0]
+        converter = SpaceConverter(label, first.observation_space(agents[0]), first.action_space(agents[0]),
+                                   num_agents=len(agents), source=f"observation_space({agents[0]!r})",
+                                   obs_keys=obs_keys)
+    except BaseException:
+        with contextlib.suppress(RuntimeError):
+            close_each(envs, label)
+        raise
+    return envs, agents, converter
+
+
 class PettingZooParallelAdapter:
     """``num_envs`` PettingZoo ParallelEnvs stepped one after another into caller-owned StepBuffers."""
 
@@ -79,19 +100,8 @@ class PettingZooParallelAdapter:
         self.label = f"pettingzoo env '{entry_point}'"
         self.num_envs = num_envs
         self.max_steps = max_steps
-        self._envs: list[Any] = []
-        try:
-            for e in range(num_envs):
-                self._envs.append(self._make(fn, kwargs, e))
-            self.agents: tuple[str, ...] = check_agents(self.label, self._envs)
-            first = self._envs[0]
-            self._spaces = SpaceConverter(self.label, first.observation_space(self.agents[0]),
-                                          first.action_space(self.agents[0]), num_agents=len(self.agents),
-                                          source=f"observation_space({self.agents[0]!r})", obs_keys=obs_keys)
-        except BaseException:
-            with contextlib.suppress(RuntimeError):
-                self.close()  # the construction error is the one worth reporting
-            raise
+        self._envs, self.agents, self._spaces = open_envs(self.label, lambda e: self._make(fn, kwargs, e), num_envs,
+                                                          obs_keys=obs_keys)
         self._state_shape: tuple[int, ...] = self._state_shape_of(self._envs[0])
         self.spec: EnvSpec = dataclasses.replace(self._spaces.spec, state_size=int(np.prod(self._state_shape)))
         self._slot = {agent: j for j, agent in enumerate(self.agents)}

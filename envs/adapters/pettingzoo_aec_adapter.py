@@ -53,8 +53,8 @@ from pettingzoo import AECEnv, ParallelEnv
 
 from envs.base import EnvSpec, StepBuffers
 from envs.adapters.entry_point import resolve_entry_point
-from envs.adapters.gym_spaces import SpaceConverter, close_each
-from envs.adapters.pettingzoo_adapter import check_agents
+from envs.adapters.gym_spaces import close_each
+from envs.adapters.pettingzoo_adapter import open_envs
 from envs.errors import EnvConfigError, EnvRaised
 
 TWO_PLAYER_STATS = ("first_player_won", "second_player_won", "draw")
@@ -75,19 +75,8 @@ class PettingZooAECAdapter:
         fn = resolve_entry_point(entry_point, env_name="pettingzoo_aec")
         self.label = f"pettingzoo_aec env '{entry_point}'"
         self.num_envs = num_envs
-        self._envs: list[Any] = []
-        try:
-            for e in range(num_envs):
-                self._envs.append(self._make(fn, kwargs, e))
-            self.agents: tuple[str, ...] = check_agents(self.label, self._envs)
-            first = self._envs[0]
-            self._spaces = SpaceConverter(self.label, first.observation_space(self.agents[0]),
-                                          first.action_space(self.agents[0]), num_agents=len(self.agents),
-                                          source=f"observation_space({self.agents[0]!r})", obs_keys=obs_keys)
-        except BaseException:
-            with contextlib.suppress(RuntimeError):
-                self.close()  # the construction error is the one worth reporting
-            raise
+        self._envs, self.agents, self._spaces = open_envs(self.label, lambda e: self._make(fn, kwargs, e), num_envs,
+                                                          obs_keys=obs_keys)
         n = len(self.agents)
         if 0 < max_steps < n:
             self.close()
