@@ -124,12 +124,13 @@ def test_minigrid_doorkey_trains_through_the_pipeline_and_scores_random() -> Non
 
 
 @pytest.mark.slow
-def test_tictactoe_selfplay_trains_and_plays_minimax_and_random_in_both_modes() -> None:
-    records = run_experiment("tictactoe_selfplay", "--agent-steps", "8000", "--seconds", "120", "--games", "10",
+def test_aec_selfplay_trains_tictactoe_and_plays_minimax_and_random_in_both_modes() -> None:
+    records = run_experiment("aec_selfplay", "--game", "tictactoe", "--agent-steps", "8000", "--seconds", "120", "--games", "10",
                              "--port", str(free_port_triple()), "--set", "trainer.batch_size=2048",
                              "--set", "trainer.minibatch_size=1024", timeout=300)
     training, *games = records
     assert training["learner_exit_code"] == 0 and training["agent_steps"] >= 8000
+    assert training["game"] == "tictactoe" and isinstance(training["curve"], list)
     assert {(g["opponent"], g["mode"]) for g in games} == {
         (opponent, mode) for opponent in ("examples.tictactoe_players:MinimaxPlayer", "random")
         for mode in ("greedy", "sampled")}
