@@ -114,13 +114,15 @@ def test_token_cue_trains_both_encoders_through_the_pipeline_and_the_token_one_l
 
 
 def test_minigrid_doorkey_trains_through_the_pipeline_and_scores_random() -> None:
-    records = run_experiment("minigrid_doorkey", "--seconds", "25", "--random-episodes", "2", "--port",
+    records = run_experiment("minigrid_doorkey", "--seconds", "25", "--random-episodes", "2", "--eval-episodes", "2",
+                             "--port",
                              str(free_port_triple()), "--set", "trainer.batch_size=2048", "--set",
                              "trainer.minibatch_size=1024", "--set", "trainer.bptt_horizon=32", timeout=200)
     random_policy, seed = records
     assert random_policy["policy"] == "random" and 0 <= random_policy["return_mean"] < 0.5
     assert seed["seed"] == 1 and seed["target"] == 0.9 and seed["learner_exit_code"] == 130  # stopped at --seconds
     assert seed["reached"] is False and seed["curve"] and seed["curve"][-1]["agent_steps"] > 0
+    assert seed["eval_episodes"] == 2 and 0 <= seed["eval_return_mean"] < 1 and seed["eval_length_mean"] > 0
 
 
 @pytest.mark.slow

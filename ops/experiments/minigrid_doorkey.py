@@ -4,8 +4,10 @@
 image to a CNN, the direction to an embedding) is trained through the real pipeline (``pipeline_run.trained_run``:
 learner and actor host processes) until the last 100 episodes' mean return reaches ``--target`` or ``--seconds`` pass.
 A success returns ``1 - 0.9 * steps / 640``, so 0.9 means the agent picks up the key, opens the door and reaches the
-goal in about 70 steps on average; a uniformly random policy's mean return is printed beside it (about 0). Prints one
-JSON object per seed and one for the random policy. Usage:
+goal in about 70 steps on average; a uniformly random policy's mean return is printed beside it (about 0). The final
+checkpoint then plays ``--eval-episodes`` new episodes (``evaluation.episode_runner.run_episodes``, what ``python -m
+evaluation.evaluate`` runs; actions sampled as in training): ``eval_return_mean`` says whether the level holds beyond
+the episodes that ended the run. Prints one JSON object per seed and one for the random policy. Usage:
 .venv/bin/python -m ops.experiments.minigrid_doorkey [--seeds 1] [--seconds 1200] [--target 0.9] [--port 6600]
 [--set SECTION.KEY=VALUE ...]
 """
@@ -19,6 +21,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from evaluation.episode_runner import run_episodes
+from evaluation.load_policy import load_policy
 from ops.benchlib import emit
 from ops.experiments.pipeline_run import trained_run
 
@@ -31,9 +35,8 @@ CURVE_EVERY_S = 60.0
 def random_policy_return(episodes: int, seed: int) -> float:
     """Mean return of uniformly random actions over ``episodes`` episodes of the env (gymnasium directly)."""
     import gymnasium as gym
-    import minigrid  # noqa: F401  (registers the MiniGrid ids)
 
-    env = gym.make(ENV_ID)
+    env = gym.make(f"minigrid:{ENV_ID}")  # the prefix imports minigrid, which registers its ids
     rng = np.random.default_rng(seed)
     returns = []
     for episode in range(episodes):
@@ -69,6 +72,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=1200.0, help="wall-clock cap of one run (20 minutes)")
     parser.add_argument("--target", type=float, default=0.9, help="the last 100 episodes' mean return that ends a run")
     parser.add_argument("--random-episodes", type=int, default=30)
+    parser.add_argument("--eval-episodes", type=int, default=100, help="new episodes the final checkpoint plays")
     parser.add_argument("--port", type=int, default=6600)
     parser.add_argument("--set", action="append", default=[], dest="overrides", metavar="SECTION.KEY=VALUE",
                         help="more learner settings (e.g. a smaller batch for a smoke run)")
@@ -82,11 +86,15 @@ def main(argv: Sequence[str] | None = None) -> None:
             lines = metrics.read_text().splitlines() if metrics.exists() else []
             solved = SOLVED.search(run.learner_output)
             points = curve(lines)
+            evaluated = run_episodes(load_policy(run.run_dir), episodes=args.eval_episodes, seed=10_000 + seed)
             emit({"experiment": "minigrid_doorkey", "seed": seed, "target": args.target,
                   "reached": solved is not None,
                   "seconds_to_target": float(solved.group(3)) if solved else None,
                   "agent_steps_to_target": int(solved.group(2).replace(",", "")) if solved else None,
                   "final_return_mean": points[-1]["return_mean"] if points else None,
+                  "eval_episodes": args.eval_episodes,
+                  "eval_return_mean": round(float(evaluated.returns.mean()), 3),
+                  "eval_length_mean": round(float(evaluated.lengths.mean()), 1),
                   "curve": points, "learner_exit_code": run.learner_exit_code})
 
 
