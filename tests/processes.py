@@ -141,6 +141,15 @@ class Run:
         self.workers[proc.pid] = descendants(proc.pid)
         return self.workers[proc.pid]
 
+    def train_to_the_end(self, workers: int = 2, *, learner_timeout: float = 240) -> None:
+        """Start the learner and one actor host of ``workers`` env workers, wait until the run ends by itself (both
+        exit 0, else the failing side's log), and check nothing is left behind."""
+        learner, actors = self.learner(), self.actors(workers)
+        self.note_workers(actors)
+        assert learner.wait(timeout=learner_timeout) == 0, self.log("learner.log")
+        assert actors.wait(timeout=30) == 0, self.log("actors.log")
+        self.assert_clean()
+
     def log(self, name: str) -> str:
         return (self.tmp / name).read_text()
 

@@ -49,10 +49,7 @@ def test_coma_runs_on_mpe2_through_the_pettingzoo_adapter(tmp_path) -> None:
               "--set", "trainer.minibatch_size=500", "--set", "trainer.forward_pass_minibatch_target_size=24",
               "--set", "trainer.total_timesteps=3000", config="configs/coma_mpe_spread.yaml")
     try:
-        learner, actors = run.learner(), run.actors(1)
-        assert learner.wait(timeout=240) == 0, run.log("learner.log")
-        assert actors.wait(timeout=30) == 0, run.log("actors.log")
-        run.assert_clean()
+        run.train_to_the_end(1)
     finally:
         run.close()
     records = metrics(run.run_dir)

@@ -26,12 +26,7 @@ SMALL = ["--set", "trainer.batch_size=1024", "--set", "trainer.minibatch_size=51
 def test_tictactoe_selfplay_run_trains_evaluates_and_is_rated(tmp_path):
     run = Run(tmp_path, *SMALL, config="configs/tictactoe.yaml")
     try:
-        learner = run.learner()
-        actors = run.actors(2)
-        run.note_workers(actors)
-        assert learner.wait(timeout=240) == 0, run.log("learner.log")
-        assert actors.wait(timeout=30) == 0, run.log("actors.log")
-        run.assert_clean()
+        run.train_to_the_end(2)
     finally:
         run.close()
     records = metrics(run.run_dir)

@@ -35,12 +35,7 @@ def run(tmp_path):
 
 @pytest.mark.slow
 def test_selfplay_run_fills_the_pool_and_the_elo_tool_rates_it(run, tmp_path):
-    learner = run.learner()
-    actors = run.actors(2)
-    run.note_workers(actors)
-    assert learner.wait(timeout=240) == 0, run.log("learner.log")
-    assert actors.wait(timeout=30) == 0, run.log("actors.log")
-    run.assert_clean()
+    run.train_to_the_end(2)
     records = metrics(run.run_dir)
     last = records[-1]
     assert last["pool_snapshots"] == 1 + len(records) // 2  # the initial weights, then every 2 updates

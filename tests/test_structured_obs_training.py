@@ -14,10 +14,7 @@ pytestmark = pytest.mark.integration
 def test_minigrid_doorkey_runs_updates_end_to_end(tmp_path) -> None:
     run = Run(tmp_path, "--set", "trainer.total_timesteps=16384", config="configs/minigrid_doorkey.yaml")
     try:
-        learner, actors = run.learner(), run.actors(1)
-        assert learner.wait(timeout=300) == 0, run.log("learner.log")
-        assert actors.wait(timeout=30) == 0, run.log("actors.log")
-        run.assert_clean()
+        run.train_to_the_end(1, learner_timeout=300)
     finally:
         run.close()
     records = metrics(run.run_dir)
