@@ -24,6 +24,7 @@ from zmq.utils.monitor import recv_monitor_message
 from protocol import Limits, Message, MessageType, ProtocolError, decode, encode
 from protocol.curve import ClientCurve
 from protocol.endpoints import Endpoint, parse_endpoint
+from protocol.same_machine import ipc_routes, machine_identity
 
 LOG = logging.getLogger("sluice.actors.link")
 WAITING_NOTICE_S = 5.0
@@ -64,6 +65,11 @@ class Registration:
     that hands out none)."""
     data_endpoints: tuple[str, ...] = ()
     """With several learner ranks: the data endpoints to push rows to (() : the one at ``data_port``)."""
+    data_endpoint: str = ""
+    """The learner's data endpoint as it announced it (the key of its route in ``ipc_routes``)."""
+    ipc_routes: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Data endpoints as announced -> the ipc endpoint this host reaches the same socket at (the learner's rank on
+    this machine and network namespace: protocol/same_machine.py); the others are reached over TCP."""
 
 
 MAX_DATA_ENDPOINTS = 1024
@@ -153,6 +159,8 @@ class LearnerLink:
         """The ``seq`` of the last control message sent before the current registration's answer came."""
         self.data_routes: tuple[str, ...] = ()
         """The learner ranks' data endpoints the data socket is connected to, as announced (() : one learner)."""
+        self.ipc_routes: dict[str, str] = {}
+        """The current registration's ``ipc_routes``: announced data endpoints this host reaches over ipc://."""
         self.shutdown_reason: str | None = None
         """The reason of a SHUTDOWN that answered a REGISTER (the learner ended its run meanwhile), else None."""
 
@@ -313,17 +321,20 @@ class LearnerLink:
 
     def _registration(self, reply: Message) -> Registration:
         fields = reply.fields
-        data_port = parse_endpoint(fields["data_endpoint"], "data endpoint").port
+        data_endpoint = parse_endpoint(fields["data_endpoint"], "data endpoint")
         weights_port = parse_endpoint(fields["weights_endpoint"], "weights endpoint").port
         self.token = fields.get("token")
         self.registered_at_seq = self.seq
         return Registration(config=fields["config"], run_id=fields["run_id"], version=reply.version,
                             weights={k: np.array(v) for k, v in reply.arrays.items()},
-                            data_port=data_port, weights_port=weights_port, token=self.token,
-                            data_endpoints=read_data_endpoints(fields.get("data_endpoints")) or ())
+                            data_port=data_endpoint.port, weights_port=weights_port, token=self.token,
+                            data_endpoints=read_data_endpoints(fields.get("data_endpoints")) or (),
+                            data_endpoint=data_endpoint.url,
+                            ipc_routes=ipc_routes(fields.get("data_ipc"), machine=machine_identity()))
 
     def open_streams(self, registration: Registration, *, hwm: int, buffer_bytes: int) -> None:
-        """Connect the data and weights sockets to the ports the learner advertised."""
+        """Connect the data and weights sockets to the ports the learner advertised; the data socket over ipc:// to
+        a learner rank on this machine that offers it (one line says so), over TCP otherwise."""
         self.close_streams()
         self.data = self.context.socket(zmq.PUSH)
         self._secure(self.data)
@@ -332,10 +343,15 @@ class LearnerLink:
         self.data.setsockopt(zmq.LINGER, 0)
         self.data.setsockopt(zmq.IMMEDIATE, 1)
         self.data_routes: tuple[str, ...] = ()
+        self.ipc_routes = dict(registration.ipc_routes)
         if registration.data_endpoints:
             self.route_data(registration.data_endpoints)
+            over_ipc = [self.ipc_routes[url] for url in registration.data_endpoints if url in self.ipc_routes]
         else:
-            self.data.connect(self.learner.with_port(registration.data_port).url)
+            over_ipc = [url for url in [self.ipc_routes.get(registration.data_endpoint)] if url is not None]
+            self.data.connect(over_ipc[0] if over_ipc else self.learner.with_port(registration.data_port).url)
+        if over_ipc:
+            print(f"actors: rows go to the learner over {', '.join(over_ipc)} (same machine)", flush=True)
         self.weights = self.context.socket(zmq.SUB)
         self._secure(self.weights)
         self.weights.setsockopt(zmq.RCVHWM, 4)
@@ -345,8 +361,10 @@ class LearnerLink:
         self.weights.connect(self.learner.with_port(registration.weights_port).url)
 
     def resolve(self, url: str) -> str:
-        """A data endpoint the learner announced, as this host connects to it: ``tcp://*:PORT`` is the learner's
-        own address at PORT."""
+        """A data endpoint the learner announced, as this host connects to it: its ipc route when it has one,
+        ``tcp://*:PORT`` as the learner's own address at PORT."""
+        if url in self.ipc_routes:
+            return self.ipc_routes[url]
         endpoint = parse_endpoint(url, "data endpoint")
         if endpoint.host == "*":
             return self.learner.with_port(endpoint.port).url

@@ -228,6 +228,8 @@ class NetworkSection:
     """ZeroMQ high-water mark (messages) on the data sockets: the bound on in-flight row blocks."""
     socket_buffer_bytes: Annotated[int, Range(low=4096)] = 262144
     """Kernel send/receive buffer of the data sockets; bounds what hides in TCP below the high-water mark."""
+    same_machine_ipc: bool = True
+    """Actor hosts on the learner's machine (same boot and network namespace) send rows over ipc:// instead of TCP."""
     max_message_bytes: Annotated[int, Range(low=1024)] = 1 << 28
     """Largest message accepted on any socket."""
     max_abs_value: PositiveFloat = 1e6

@@ -31,7 +31,7 @@ from learner.ranks.link import RankLink
 from learner.ranks.lockstep import FollowerLockstep
 from learner.ranks.store import STOP_PREFIX
 from learner.run.run_dir import RunDirError
-from learner.ranks.context import FACTS_TIMEOUT, RankContext, announce_endpoint, rank_data_binding
+from learner.ranks.context import FACTS_TIMEOUT, RankContext, announce_endpoint, announce_ipc, rank_data_binding
 from learner.serve.senders import SenderRegistry
 from protocol.curve import ServerCurve, ZapGuard
 
@@ -118,8 +118,9 @@ class FollowerRank:
             ingest = open_ingest(self.config, self.spec, context=context, endpoint=address.url,
                                  segments=self.plan.segments, state_size=self.algorithm.policy.state_size,
                                  stop=threads_stop, registry=registry, curve=self.curve,
-                                 pinned=self.device.type == "cuda")
+                                 pinned=self.device.type == "cuda", rank=self.ranks.rank)
         ingest.set_policy_version(self.policy_version)
+        announce_ipc(ingest.ipc, self.ranks)  # before the endpoint: rank 0 reads it once it has the endpoint
         announce_endpoint(address, self.ranks)
         return ingest
 

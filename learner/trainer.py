@@ -43,7 +43,7 @@ from learner.monitor.metrics_endpoint import announce_metrics, open_metrics_endp
 from learner.ranks.distributed import CollectiveTimeout
 from learner.serve.host_routing import HostRouting
 from learner.ranks.lockstep import LeaderLockstep, RankWaits, rank_wait_metrics
-from learner.ranks.context import RankContext, announce_endpoint, gather_endpoints
+from learner.ranks.context import RankContext, announce_endpoint, gather_endpoints, gather_ipc_routes
 from learner.run.resume_point import ResumePoint, resume_checkpoint
 from learner.run.run_files import RunFilesError, as_run_files_error
 from learner.run.run_record import write_run_record
@@ -197,14 +197,16 @@ class Learner:
 
     def _bind(self, context: zmq.Context, threads_stop: threading.Event) -> tuple[Serving, MetricsEndpoint]:
         """The learner's sockets and the Prometheus endpoint, bound (AddressError where one cannot be)."""
-        routing = None
-        if self.ranks is not None:  # every rank's data endpoint, to route actor hosts to
+        routing, rank_ipc = None, None
+        if self.ranks is not None:  # every rank's data endpoint (and ipc route), to route actor hosts to
             announce_endpoint(self.addresses.data, self.ranks)
-            routing = HostRouting(gather_endpoints(self.ranks))
+            endpoints = gather_endpoints(self.ranks)
+            routing, rank_ipc = HostRouting(endpoints), gather_ipc_routes(self.ranks, endpoints)
         serving = bind_serving(self.config, self.spec, self.addresses, context=context, stop=threads_stop,
                                segments=self.plan.segments, state_size=self.algorithm.policy.state_size,
                                pool=self.pool, curve=self.curve, zap=self.zap, announce=self.progress.event,
-                               observer=self.prometheus, routing=routing, pinned=self.device.type == "cuda")
+                               observer=self.prometheus, routing=routing, pinned=self.device.type == "cuda",
+                               rank_ipc=rank_ipc)
         try:
             endpoint = open_metrics_endpoint(self.config.network, self.prometheus,
                                              host_targets=serving.control.metrics_targets)

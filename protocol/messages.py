@@ -108,7 +108,7 @@ REQUIRED_FIELDS: dict[MessageType, dict[str, type]] = {
 #: msgpack-native) so that additive changes stay compatible.
 OPTIONAL_FIELDS: dict[MessageType, dict[str, type]] = {
     MessageType.REGISTER: {"metrics_address": str, "session": str},
-    MessageType.REGISTERED: {"token": str, "data_endpoints": list},
+    MessageType.REGISTERED: {"token": str, "data_endpoints": list, "data_ipc": dict},
     MessageType.HEARTBEAT: {"env_error": dict, "token": str},
     MessageType.HEARTBEAT_ACK: {"run_id": str, "data_endpoints": list},
     MessageType.ROWS: {"episode_stats": dict, "env_restarts": int, "host_stats": dict, "token": str},
@@ -122,7 +122,11 @@ current gets the same token again (REGISTERs that queued up during a pause or pa
 reply is stale). ``HEARTBEAT.token``: the token the host sends rows with; one the learner no longer holds for that
 identity is refused as ``not_registered``, and the host registers again. ``data_endpoints`` (REGISTERED,
 HEARTBEAT_ACK): with several learner ranks, the data sockets this host pushes rows to (``tcp://*:PORT`` meaning the
-learner's own address); a host without the field pushes to ``data_endpoint``. ``BYE.reason``: why a host leaves
+learner's own address); a host without the field pushes to ``data_endpoint``. ``REGISTERED.data_ipc``: for each of
+those data endpoints whose learner rank also listens on a unix socket, that route (``{"endpoint": "ipc://PATH",
+"machine": ..., "file": ...}``, protocol/same_machine.py); a host on that rank's machine, in its network namespace,
+that sees the very socket file, pushes there instead (all ranks' routes come at registration, so the later
+``data_endpoints`` of a HEARTBEAT_ACK are mapped the same way). ``BYE.reason``: why a host leaves
 when it is not a clean stop (e.g. a worker that crashes in a loop); absent for a normal goodbye.
 ``ERROR.refused``: the type of the message the error answers, when the learner could decode it (a host registering
 again reads a late refusal of its last heartbeat as that, not as a refusal of its REGISTER); ``ERROR.refused_seq``:

@@ -93,6 +93,11 @@ def shm_segments(owner_pid: int) -> list[str]:
     return sorted(p.name for p in SHM.glob(f"sluice_{owner_pid}_*"))
 
 
+def ipc_files(owner_pid: int) -> list[str]:
+    """The data socket files (/tmp/sluice_<pid>_data<rank>, protocol/same_machine.py) a learner ``owner_pid`` left."""
+    return sorted(p.name for p in Path("/tmp").glob(f"sluice_{owner_pid}_data*"))
+
+
 def kill_tree(proc: subprocess.Popen) -> None:
     """Last-resort cleanup so a failing test leaves nothing behind."""
     for pid in descendants(proc.pid) | {proc.pid}:
@@ -160,6 +165,7 @@ class Run:
             children = self.workers.get(proc.pid, set()) | descendants(proc.pid)
             assert wait_for(lambda: not any(alive(c) for c in children), 5), f"orphans of {proc.args}"
             assert shm_segments(proc.pid) == [], f"leaked shared memory of {proc.pid}"
+            assert ipc_files(proc.pid) == [], f"leaked ipc socket files of {proc.pid}"
 
     def close(self) -> None:
         for proc in self.procs:

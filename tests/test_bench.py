@@ -32,6 +32,7 @@ def test_pipeline_bench_reports_raw_pipeline_and_inference_figures() -> None:
     (record,) = run_bench("pipeline", "--envs", "synthetic20us", "--async-factor", "2", "--seconds", "1",
                           "--envs-per-worker", "8")
     assert record["bench"] == "pipeline" and record["env"] == "synthetic20us" and record["envs_per_worker"] == 8
+    assert record["transport"] == "ipc"  # the default: what a learner on the host's machine offers (checked by the sink)
     assert record["raw_agent_steps_per_s"] > 0 and record["pipeline_agent_steps_per_s"] > 0
     assert record["pipeline_over_raw"] > 0 and record["target"] == 0.8
     assert record["round"] == 1 and record["load_before_raw"] >= 0 and record["load_before_pipeline"] >= 0

@@ -9,7 +9,7 @@ import pytest
 import zmq
 
 from protocol import Message, MessageType, decode, encode
-from tests.processes import Run, alive, metrics, shm_segments, start, wait_for
+from tests.processes import Run, alive, ipc_files, metrics, shm_segments, start, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -71,6 +71,8 @@ def test_sigterm_to_learner_stops_everything_cleanly(run):
     assert learner.wait(timeout=30) == 143  # 128 + SIGTERM: stopped, not finished
     assert actors.wait(timeout=30) == 0, run.log("actors.log")
     assert "stopped (learner: SIGTERM received)" in run.log("actors.log")
+    assert (f"actors: rows go to the learner over ipc:///tmp/sluice_{learner.pid}_data0 (same machine)"
+            in run.log("actors.log"))  # a learner on this machine: rows over its unix socket (its file: assert_clean)
     last = metrics(run.run_dir)[-1]["update"]
     assert (run.run_dir / "checkpoints" / f"update_{last:08d}").is_dir()
     assert not list((run.run_dir / "checkpoints").glob(".tmp-*"))
@@ -78,10 +80,11 @@ def test_sigterm_to_learner_stops_everything_cleanly(run):
 
 
 def test_ctrl_c_on_actor_host_reaps_workers_and_shared_memory(run):
-    learner = run.learner("--set", "trainer.target_episode_return=null")
+    learner = run.learner("--set", "trainer.target_episode_return=null", "--set", "network.same_machine_ipc=false")
     actors = run.actors(2)
     workers = run.note_workers(actors)
     assert wait_for(lambda: len(metrics(run.run_dir)) >= 2, 120)
+    assert "over ipc" not in run.log("actors.log") and ipc_files(learner.pid) == []  # rows over TCP, as asked
     assert shm_segments(actors.pid)
     actors.send_signal(signal.SIGINT)
     assert actors.wait(timeout=30) == 130, run.log("actors.log")  # 128 + SIGINT

@@ -21,7 +21,7 @@ from learner.run.checkpoint import TrainerState, list_checkpoints, save_checkpoi
 from learner.cli import main
 from learner.run.run_dir import new_run_dir
 from tests import faulty_envs
-from tests.processes import REPO, free_port_triple, kill_tree, start, wait_for
+from tests.processes import REPO, free_port_triple, ipc_files, kill_tree, start, wait_for
 
 CARTPOLE = str(REPO / "configs" / "cartpole.yaml")
 
@@ -146,6 +146,7 @@ def test_a_port_in_use_leaves_no_run_dir_and_the_same_command_starts_once_it_is_
     finally:
         kill_tree(learner_proc)
     assert "stopped (SIGINT received)" in log.read_text()
+    assert ipc_files(learner_proc.pid) == []  # its data socket's unix socket file went with it
     assert list_checkpoints(tmp_path / "run")  # the same final checkpoint as before: --resume continues it
 
 

@@ -53,6 +53,7 @@ def test_training_resumes_after_a_partition_longer_than_the_peer_timeout_heals(p
         return (tmp_path / "learner.log").read_text()[-3000:] + (tmp_path / "host.log").read_text()[-3000:]
 
     assert wait_for(lambda: len(metrics(run_dir)) >= 5, 120), logs()
+    assert "over ipc" not in (tmp_path / "host.log").read_text()  # another network namespace: TCP, which is cut
     pair.partition()
     try:
         time.sleep(PARTITION_S)

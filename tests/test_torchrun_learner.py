@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from protocol.same_machine import remove_stale_ipc_files
 from tests.processes import REPO, alive, descendants, free_ports, kill_tree, metrics, shm_segments, start, wait_for
 
 pytestmark = pytest.mark.integration
@@ -144,6 +145,9 @@ def test_a_killed_rank_ends_the_run_cleanly_naming_it(ranked):
     ranked.note_processes()
     pid = rank_pid(ranked.torchrun, 1)
     assert pid is not None
+    # one host feeds both ranks, each over its unix socket (the ranks and the host share this machine)
+    assert (f"rows go to the learner over ipc:///tmp/sluice_{rank_pid(ranked.torchrun, 0)}_data0, "
+            f"ipc:///tmp/sluice_{pid}_data1 (same machine)") in ranked.log("a1.log"), ranked.log("a1.log")
     os.kill(pid, signal.SIGKILL)
     assert ranked.torchrun.wait(timeout=90) != 0
     assert host.wait(timeout=60) == 0, ranked.log("a1.log")
@@ -151,6 +155,8 @@ def test_a_killed_rank_ends_the_run_cleanly_naming_it(ranked):
     assert f"learner: stopped (learner rank 1 (pid {pid}) has ended)" in out  # rank 0 names the rank
     assert "no final checkpoint (update" in out  # the update it cut short is not checkpointed half-done
     ranked.assert_clean()
+    # SIGKILL left rank 1's socket file (rank 0 removed its own); the next learner's start removes it, as here
+    assert Path(f"/tmp/sluice_{pid}_data1") in remove_stale_ipc_files()
 
 
 def test_a_batch_that_does_not_split_over_the_ranks_stops_every_rank_with_the_numbers(tmp_path):

@@ -14,6 +14,7 @@ under SLUICE_ADVERTISE_HOST, or its host name).
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import socket
 import sys
@@ -25,6 +26,7 @@ import torch.distributed as dist
 from learner.ranks.distributed import DEFAULT_TIMEOUT, ProcessGroupReducer, close_learner_group, init_learner_group
 from learner.ranks.store import RankStore, open_store
 from protocol.endpoints import Endpoint
+from protocol.same_machine import IpcRoute
 
 ADVERTISE_HOST = "SLUICE_ADVERTISE_HOST"
 """Environment variable: the address actor hosts reach a rank on another machine than rank 0 at."""
@@ -120,6 +122,27 @@ def announce_endpoint(binding: Endpoint, ranks: RankContext) -> None:
     else:
         announced = f"tcp://{os.environ.get(ADVERTISE_HOST) or socket.getfqdn()}:{binding.port}"
     ranks.board.set_text("endpoint", ranks.rank, announced)
+
+
+def announce_ipc(route: IpcRoute | None, ranks: RankContext) -> None:
+    """Write where this rank's data socket also listens for actor hosts on its machine ("" : nowhere); before
+    ``announce_endpoint``, so rank 0 finds it once it has the endpoint."""
+    ranks.board.set_text("ipc", ranks.rank, "" if route is None else json.dumps(route.to_field()))
+
+
+def gather_ipc_routes(ranks: RankContext, endpoints: list[str]) -> dict[str, dict[str, str]]:
+    """Rank 0, after ``gather_endpoints``: the other ranks' ipc routes by their announced data endpoint (REGISTERED's
+    ``data_ipc``); a rank that announced none (or an unreadable one) is left out, and hosts reach it over TCP."""
+    routes: dict[str, dict[str, str]] = {}
+    for rank in range(1, ranks.world_size):
+        text = ranks.board.text("ipc", rank)
+        try:
+            route = IpcRoute.from_field(json.loads(text)) if text else None
+        except ValueError:
+            route = None
+        if route is not None:
+            routes[endpoints[rank]] = route.to_field()
+    return routes
 
 
 def gather_endpoints(ranks: RankContext) -> list[str]:

@@ -19,8 +19,10 @@ registered stays a refusal (not_registered).
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections import OrderedDict
+from pathlib import Path
 from typing import Protocol
 
 import numpy as np
@@ -37,6 +39,7 @@ from learner.serve.senders import Sender, SenderRegistry
 from protocol.curve import ServerCurve
 from protocol import Limits, Message, MessageType, ProtocolError, check_arrays, decode
 from protocol.reject_log import RejectLog, peer_text
+from protocol.same_machine import IpcRoute, bind_ipc, data_ipc_path, remove_ipc_file
 
 LOG = logging.getLogger("sluice.learner")
 POLL_MS = 100
@@ -61,9 +64,10 @@ class Ingest(threading.Thread):
                  state_size: int, max_policy_lag: int, hwm: int, buffer_bytes: int, limits: Limits,
                  stop: threading.Event, registry: SenderRegistry, rows_per_message: int, max_abs_value: float,
                  curve: ServerCurve | None = None, observer: IngestObserver | None = None,
-                 team_rows: bool = False, pinned: bool = False) -> None:
+                 team_rows: bool = False, pinned: bool = False, ipc_path: Path | None = None) -> None:
         """``team_rows``: rows hold one env's agents together (COMA, ``protocol.rows``); ``pinned``: the batch
-        buffers in page-locked host memory (needs CUDA), for a learner that trains on a GPU."""
+        buffers in page-locked host memory (needs CUDA), for a learner that trains on a GPU; ``ipc_path``: the same
+        socket also bound at ``ipc://ipc_path``, for actor hosts on this machine (protocol/same_machine.py)."""
         super().__init__(name="ingest", daemon=True)
         self.observer = observer
         self.layout = row_layout(env, horizon=horizon, state_size=state_size, team=team_rows)
@@ -95,6 +99,8 @@ class Ingest(threading.Thread):
         self.socket.setsockopt(zmq.LINGER, 0)
         self.socket.setsockopt(zmq.MAXMSGSIZE, limits.max_message_bytes)
         self.socket.bind(endpoint)
+        self.ipc: IpcRoute | None = None if ipc_path is None else bind_ipc(self.socket, ipc_path)
+        """Where the socket also listens for hosts on this machine, announced in REGISTERED (None: TCP only)."""
         self.error: BaseException | None = None
 
     def resume_totals(self, *, env_steps: int, agent_steps: int, episodes: int,
@@ -126,6 +132,8 @@ class Ingest(threading.Thread):
             self.error = err
         finally:
             self.socket.close(linger=0)
+            if self.ipc is not None:
+                remove_ipc_file(self.ipc)
 
     def _loop(self) -> None:
         index, filled = None, 0
@@ -247,14 +255,16 @@ class Ingest(threading.Thread):
 
 def open_ingest(config: RunConfig, spec: EnvSpec, *, context: zmq.Context, endpoint: str, segments: int,
                 state_size: int, stop: threading.Event, registry: SenderRegistry, curve: ServerCurve | None,
-                observer: IngestObserver | None = None, pinned: bool = False) -> Ingest:
+                observer: IngestObserver | None = None, pinned: bool = False, rank: int | None = None) -> Ingest:
     """The ingest of a run's config: ``segments`` rows per batch (a learner rank's share under torchrun), bound at
-    ``endpoint`` with the config's network limits; ``pinned`` host buffers when the learner trains on a GPU."""
+    ``endpoint`` with the config's network limits; ``pinned`` host buffers when the learner trains on a GPU; with
+    ``rank`` and network.same_machine_ipc, also bound at ipc:///tmp/sluice_<pid>_data<rank>."""
     net = config.network
+    ipc_path = data_ipc_path(os.getpid(), rank) if rank is not None and net.same_machine_ipc else None
     return Ingest(context=context, endpoint=endpoint, segments=segments, env=spec,
                   horizon=config.trainer.bptt_horizon + 1, state_size=state_size,
                   max_policy_lag=config.trainer.max_policy_lag, hwm=net.send_queue_messages,
                   buffer_bytes=net.socket_buffer_bytes, limits=Limits(max_message_bytes=net.max_message_bytes),
                   stop=stop, registry=registry, rows_per_message=net.rows_per_message,
                   max_abs_value=net.max_abs_value, curve=curve, observer=observer,
-                  team_rows=config.trainer.algorithm == "coma", pinned=pinned)
+                  team_rows=config.trainer.algorithm == "coma", pinned=pinned, ipc_path=ipc_path)

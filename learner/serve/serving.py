@@ -57,10 +57,13 @@ class Serving:
 def bind_serving(config: RunConfig, spec: EnvSpec, addresses: LearnerAddresses, *, context: zmq.Context,
                  stop: threading.Event, segments: int, state_size: int, pool: PoolService | None,
                  curve: ServerCurve | None, zap: ZapGuard | None, announce: Callable[[str], None],
-                 observer: IngestObserver | None, routing: HostRouting | None, pinned: bool) -> Serving:
+                 observer: IngestObserver | None, routing: HostRouting | None, pinned: bool,
+                 rank_ipc: dict[str, dict[str, str]] | None = None) -> Serving:
     """Bind the control, data and weights sockets (AddressError naming the one that cannot be); ``segments`` and
     ``state_size``: the batch rows and the policy's recurrent state; ``routing``: the ranks' data endpoints hosts are
-    sent to (None: this learner's own); ``pinned``: page-locked batch buffers for a learner on a GPU."""
+    sent to (None: this learner's own); ``pinned``: page-locked batch buffers for a learner on a GPU; ``rank_ipc``:
+    the other ranks' ipc routes by announced data endpoint (learner/ranks/context.gather_ipc_routes), announced with
+    this rank's own in REGISTERED's ``data_ipc`` (protocol/same_machine.py)."""
     net = config.network
     registration = {"config": config_to_dict(config), "data_endpoint": addresses.data.url,
                     "weights_endpoint": addresses.weights.url, "run_id": uuid.uuid4().hex}
@@ -74,7 +77,11 @@ def bind_serving(config: RunConfig, spec: EnvSpec, addresses: LearnerAddresses, 
     with binding(addresses.data):
         ingest = open_ingest(config, spec, context=context, endpoint=addresses.data.url, segments=segments,
                              state_size=state_size, stop=stop, registry=registry, curve=curve, observer=observer,
-                             pinned=pinned)
+                             pinned=pinned, rank=0)
+    if ingest.ipc is not None or rank_ipc:  # the control thread has not started: it reads the whole registration
+        own = {} if ingest.ipc is None else {url: ingest.ipc.to_field() for url in
+                                             (addresses.data.url, *(routing.endpoints[:1] if routing else ()))}
+        registration["data_ipc"] = {**(rank_ipc or {}), **own}
     with binding(addresses.weights):
         publisher = WeightsPublisher(context=context, endpoint=addresses.weights.url, curve=curve)
     return Serving(control=control, ingest=ingest, publisher=publisher)

@@ -20,11 +20,16 @@ reports in its ROWS messages: the batch size the inference step reaches against
 forward_pass_minibatch_target_size, ms per forward pass and per inference step, and the fraction of time
 env workers wait for actions; plus CPU seconds per process kind, which is where the overhead goes.
 
+``--transport ipc`` (the default: what a learner on the host's machine gives it) has the sink announce an
+``ipc://`` route for its data socket as the learner does (protocol/same_machine.py), ``--transport tcp`` leaves rows on
+TCP over loopback; the record names the transport, checked against the connection the sink accepted.
+
 ``--policy model`` runs the run config's real policy instead (its initial weights; the gridworld's is a CNN), and
 ``--actor-device cuda`` runs that policy on the GPU (``python -m actors --device cuda``; ops/bench/gpu_check.sh).
 
 Usage: .venv/bin/python -m ops.bench.pipeline [--envs cartpole grid3 grid24 synthetic20us] [--workers 2]
 [--envs-per-worker N] [--async-factor 1 2] [--seconds 10] [--policy null|model] [--actor-device cpu|cuda]
+[--transport ipc|tcp]
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from pathlib import Path
 
 import numpy as np
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from configs.loader import config_to_dict, load_config
 from configs.plan import make_plan
@@ -57,6 +63,7 @@ from ops.benchlib import emit
 from policies.factory import make_policy, state_arrays
 from protocol import Limits, MessageType, ProtocolError, decode
 from protocol.message_memory import keep_freed_memory
+from protocol.same_machine import bind_ipc, data_ipc_path, remove_ipc_file
 
 REPO = Path(__file__).resolve().parents[2]
 ENVS: dict[str, tuple[str, list[str]]] = {
@@ -69,6 +76,8 @@ ENVS: dict[str, tuple[str, list[str]]] = {
 }
 """Benchmark env name -> (run config, overrides)."""
 TARGETS = {"synthetic20us": 0.8, "grid3": 0.5, "grid24": 0.5}
+TRANSPORTS = ("ipc", "tcp")
+"""How rows reach the sink: over the unix socket a learner on the host's machine offers, or TCP over loopback."""
 ACTIONS_CYCLE = 64
 
 
@@ -234,10 +243,22 @@ def _cpu_split(host_pid: int) -> dict[str, float]:
             "sink": time.process_time()}
 
 
+def _accepted_transports(monitor: zmq.Socket) -> set[str]:
+    """The schemes (tcp, ipc) of the sink's endpoints that accepted a connection, from its monitor's events."""
+    schemes: set[str] = set()
+    while monitor.poll(0):
+        event = recv_monitor_message(monitor)
+        if event["event"] == zmq.EVENT_ACCEPTED:
+            schemes.add(event["endpoint"].decode().partition("://")[0])
+    return schemes
+
+
 def measure_pipeline(config: RunConfig, workers: int, seconds: float, warmup_s: float = 3.0,
-                     profile: str | None = None, policy: str = "null", actor_device: str = "cpu") -> dict:
+                     profile: str | None = None, policy: str = "null", actor_device: str = "cpu",
+                     transport: str = "ipc") -> dict:
     """Agent steps/s of a real actor host (``policy`` null: uniform random actions; model: the config's policy, its
-    initial weights, on ``actor_device``), and what it reports about inference and its workers."""
+    initial weights, on ``actor_device``; rows over ``transport``), and what it reports about inference and its
+    workers."""
     net = config.network
     limits = Limits(max_message_bytes=net.max_message_bytes)
     context = zmq.Context()
@@ -247,11 +268,17 @@ def measure_pipeline(config: RunConfig, workers: int, seconds: float, warmup_s: 
     data.setsockopt(zmq.RCVBUF, net.socket_buffer_bytes)
     data.setsockopt(zmq.LINGER, 0)
     data_port = data.bind_to_random_port("tcp://127.0.0.1")
+    accepted = data.get_monitor_socket(zmq.EVENT_ACCEPTED)
+    route = bind_ipc(data, data_ipc_path(os.getpid(), 0)) if transport == "ipc" else None
+    if transport == "ipc" and route is None:
+        raise SystemExit("--transport ipc: the sink could not bind its ipc socket (see the warning above)")
     probe = context.socket(zmq.PUB)
     weights_port = probe.bind_to_random_port("tcp://127.0.0.1")  # the host subscribes; nothing is published
     control_port = _free_port()
     registration = {"config": config_to_dict(config), "data_endpoint": f"tcp://127.0.0.1:{data_port}",
                     "weights_endpoint": f"tcp://127.0.0.1:{weights_port}", "run_id": uuid.uuid4().hex}
+    if route is not None:
+        registration["data_ipc"] = {registration["data_endpoint"]: route.to_field()}
     control = ControlServer(context=context, endpoint=f"tcp://127.0.0.1:{control_port}", registration=registration,
                             peer_timeout_s=net.peer_timeout_s, limits=limits, stop=stop, registry=SenderRegistry(),
                             sizing=HostSizing(trainer=config.trainer, num_agents=config.env.num_agents))
@@ -285,9 +312,16 @@ def measure_pipeline(config: RunConfig, workers: int, seconds: float, warmup_s: 
         stop.set()
         control.join(timeout=5)
         drain.join(timeout=5)
+        used = _accepted_transports(accepted)
+        data.disable_monitor()
+        accepted.close(linger=0)
         data.close(linger=0)
+        if route is not None:
+            remove_ipc_file(route)
         probe.close(linger=0)
         context.term()
+    if used != {transport}:
+        raise RuntimeError(f"--transport {transport}: the actor host connected over {sorted(used) or 'nothing'}")
     stats = {name: last["host_stats"].get(name, 0.0) - first["host_stats"].get(name, 0.0)
              for name in last["host_stats"]}
     timing = host_timing(stats)
@@ -341,7 +375,7 @@ def measure_round(record: dict, config: RunConfig, args: argparse.Namespace, rou
         record.update(measure_raw(config, args.workers, args.seconds))
     record["load_before_pipeline"] = round(os.getloadavg()[0], 2)
     record.update(measure_pipeline(config, args.workers, args.seconds, profile=args.profile_host,
-                                   policy=args.policy, actor_device=args.actor_device))
+                                   policy=args.policy, actor_device=args.actor_device, transport=args.transport))
     if not args.pipeline_only:
         record["pipeline_over_raw"] = round(record["pipeline_agent_steps_per_s"] / record["raw_agent_steps_per_s"], 3)
         record["target"] = TARGETS.get(record["env"])
@@ -369,6 +403,9 @@ def main() -> None:
                              "(the run config's policy with its initial weights)")
     parser.add_argument("--actor-device", choices=("cpu", "cuda"), default="cpu",
                         help="with --policy model: where the host runs it (python -m actors --device)")
+    parser.add_argument("--transport", choices=TRANSPORTS, default="ipc",
+                        help="how rows reach the sink: ipc (the unix socket a learner on this machine offers; the "
+                             "default) or tcp (over loopback)")
     parser.add_argument("--profile-host", metavar="PATH", default=None,
                         help="run the actor host under cProfile, writing PATH (read it with python -m pstats)")
     args = parser.parse_args()
@@ -382,7 +419,7 @@ def main() -> None:
                       "envs_per_worker": plan.envs_per_worker, "async_factor": async_factor,
                       "forward_pass_minibatch_target_size": config.trainer.forward_pass_minibatch_target_size,
                       "bptt_horizon": config.trainer.bptt_horizon, "seconds": args.seconds,
-                      "policy": args.policy, "actor_device": args.actor_device}
+                      "policy": args.policy, "actor_device": args.actor_device, "transport": args.transport}
             for round_number in range(1, args.rounds + 1):
                 emit(measure_round(record, config, args, round_number))
 
