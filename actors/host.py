@@ -235,8 +235,9 @@ class ActorHost:
         print("actors: registered again", flush=True)
 
     def _act_on_ready_groups(self) -> None:
-        """Decide for the ready groups (one worker's worth per group at most), then wake their workers;
-        nothing is handed out once the assembler could not take the steps (back-pressure)."""
+        """Decide for the ready groups (one worker's worth per group at most) and wake their workers, which step
+        while the stepper records; nothing is handed out once the assembler could not take the steps
+        (back-pressure)."""
         ready = self.workers.ready
         steps_per_group = self.stepper.steps_per_group
         while ready and not self.stop.is_set():
@@ -244,8 +245,7 @@ class ActorHost:
             if not self.assembler.can_accept(take * steps_per_group):
                 return
             batch = [ready.popleft() for _ in range(take)]
-            self.stepper.act(batch, self.state.report)
-            self.workers.wake(batch)
+            self.stepper.act(batch, self.state.report, wake=self.workers.wake)
 
     def _ship_rows(self, now: float) -> None:
         """Send full rows in blocks while the data socket has room."""

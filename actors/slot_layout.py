@@ -23,8 +23,11 @@ class GroupView:
     """Index of the worker process on this host."""
     group: int
     """Index of the group within its worker."""
+    slots: StepBuffers
+    """Every slot of the host (host-wide slot order; in shared memory on a running host): the inference step reads
+    and writes a batch of groups there by slot id."""
     buffers: StepBuffers
-    """The group's arrays in its worker's shared memory."""
+    """The group's own slots: ``slots`` restricted to ``slot_ids`` (views)."""
     slot_ids: np.ndarray
     """[slots_per_group] int64 host-wide agent slot ids of the group's slots, in buffer order."""
 
@@ -87,8 +90,16 @@ class SlotLayout:
         start = worker * self.slots_per_worker
         return np.arange(start, start + self.slots_per_worker, dtype=np.int64)
 
-    def group_view(self, worker: int, group: int, buffers: StepBuffers) -> GroupView:
-        """``worker``'s ``group`` over ``buffers`` (its slice of the worker's StepBuffers)."""
+    def group_view(self, worker: int, group: int, slots: StepBuffers) -> GroupView:
+        """``worker``'s ``group`` within ``slots`` (StepBuffers over all ``total_slots`` slots of the host)."""
+        if len(slots.obs) != self.total_slots:
+            raise ValueError(f"group_view takes the StepBuffers of all {self.total_slots} slots of the host, "
+                             f"got {len(slots.obs)}")
         start = self.first_slot(worker, group)
-        return GroupView(worker=worker, group=group, buffers=buffers,
+        return GroupView(worker=worker, group=group, slots=slots,
+                         buffers=slots.part(slice(start, start + self.slots_per_group)),
                          slot_ids=np.arange(start, start + self.slots_per_group, dtype=np.int64))
+
+    def group_views(self, slots: StepBuffers) -> tuple[GroupView, ...]:
+        """Every group of the host within ``slots``, worker by worker."""
+        return tuple(self.group_view(w, g, slots) for w in range(self.workers) for g in range(self.groups))

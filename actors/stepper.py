@@ -2,7 +2,8 @@
 
 ``GroupStepper.act`` reads what the workers of the ready groups wrote into their ``StepBuffers``
 (observations, rewards, episode ends, action masks, which slots are active), runs the policy once for all
-active agents, writes the actions into the groups' buffers and records the steps in the row assembler.
+active agents, writes the actions into the groups' buffers, wakes their workers and records the steps in the row
+assembler while the workers step (everything it records was copied out of shared memory before the wake).
 Inactive slots (agents that finished before the rest of their env, sub-envs between an episode end and
 their reset) are neither acted for nor recorded: the learner never sees a padded step. The host only wakes
 the workers afterwards.
@@ -11,7 +12,7 @@ the workers afterwards.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -22,7 +23,8 @@ from actors.opponents import Opponents
 from actors.recurrent_state import AgentStates
 from actors.rows_report import RowsReport
 from actors.slot_layout import GroupView, SlotLayout
-from envs.base import EnvSpec
+from actors.step_batch import StepBatch
+from envs.base import EnvSpec, StepBuffers
 
 
 class GroupStepper:
@@ -41,73 +43,70 @@ class GroupStepper:
         """Where each step's timing goes (None: nowhere)."""
         self.env_steps = 0
         """Env steps taken since the start (all groups)."""
+        self.batch = StepBatch(layout.total_slots, None if opponents is None else opponents.learner_slots)
+        """The reused arrays of one inference step's batch (any of the host's groups, each at most once)."""
 
     @property
     def steps_per_group(self) -> int:
         """Steps one group adds to the assembler at most: one per agent slot."""
         return self.layout.slots_per_group
 
-    def act(self, groups: Sequence[GroupView], report: RowsReport) -> None:
-        """For each ready group: decide for its active agents, write their actions, record the steps."""
+    def act(self, groups: Sequence[GroupView], report: RowsReport,
+            wake: Callable[[Sequence[GroupView]], None] | None = None) -> None:
+        """For each ready group: decide for its active agents, write their actions, then ``wake`` the groups'
+        workers, then record the steps (from copies: the workers step meanwhile).
+
+        The groups' slots are read and written by slot id in the host's StepBuffers (``GroupView.slots``): one
+        compiled pass sorts them (``StepBatch.scan``), one copy gathers the observations the policy reads."""
         started = time.perf_counter()
-        spg = self.layout.slots_per_group
-        all_ids = np.concatenate([view.slot_ids for view in groups])
-        learner = None if self.opponents is None else self.opponents.learner_slots[all_ids]
-        self._episode_stats(groups, report, learner)
-        active = np.concatenate([view.buffers.active for view in groups])
-        theirs = None
-        if learner is not None:  # opponent seats act through their snapshots and are never recorded
-            theirs = np.flatnonzero(active & ~learner)
-            active = active & learner
-        chosen = None if active.all() else np.flatnonzero(active)
-
-        joined: dict[str, np.ndarray] = {}
-
-        def gather(name: str, where: np.ndarray | None = chosen) -> np.ndarray:
-            if name not in joined:  # one concatenation per field, shared by the learner's and opponents' seats
-                joined[name] = np.concatenate([getattr(view.buffers, name) for view in groups])
-            return joined[name] if where is None else joined[name][where]
-
-        agent_ids = all_ids if chosen is None else all_ids[chosen]
-        obs, rewards = gather("obs"), gather("rewards")
-        terminated, truncated = gather("terminated"), gather("truncated")
-        masks = gather("action_mask") if self.env_spec.mask_size else None
-        bootstrap = np.zeros(len(obs), dtype=np.float32)
-        if truncated.any():  # V(final obs) from the state the agent had before its episode ended
-            final_obs = gather("final_obs")[truncated]
-            bootstrap[truncated] = self.inference.values(final_obs, self.states.read(agent_ids[truncated]))
-        self.states.reset(agent_ids[terminated | truncated])  # obs is the first of a new episode there
+        slots = groups[0].slots
+        ids = groups[0].slot_ids if len(groups) == 1 else np.concatenate([view.slot_ids for view in groups])
+        batch = self.batch.scan(ids, slots)
+        if len(batch.ended):
+            self._episode_stats(batch.ended, slots, report)
+        agent_ids = ids if batch.all_chosen else ids[batch.chosen]
+        n = len(agent_ids)
+        obs = slots.obs[agent_ids]
+        masks = slots.action_mask[agent_ids] if self.env_spec.mask_size else None
+        bootstrap = self.batch.bootstrap[:n]
+        bootstrap.fill(0.0)
+        if len(batch.truncated_at):  # V(final obs) from the state the agent had before its episode ended
+            truncated_ids = agent_ids[batch.truncated_at]
+            bootstrap[batch.truncated_at] = self.inference.values(slots.final_obs[truncated_ids],
+                                                                  self.states.read(truncated_ids))
+        if len(batch.reset):
+            self.states.reset(batch.reset)  # obs is the first of a new episode there
         state_in = self.states.read(agent_ids)
         decide_started = time.perf_counter()
         decisions = self.inference.decide(obs, state_in, masks)
         forward_s = time.perf_counter() - decide_started
         report.inference_s += forward_s
         report.inference_batches += 1
-        report.inference_agents += len(agent_ids)
+        report.inference_agents += n
         self.states.write(agent_ids, decisions.states)
-        actions = decisions.actions
-        if chosen is not None:  # inactive slots get a zero action, which their env ignores
-            action = self.env_spec.action
-            actions = np.zeros((len(active), *action.shape), dtype=action.dtype)
-            actions[chosen] = decisions.actions
-        if theirs is not None and len(theirs):
-            their_masks = gather("action_mask", theirs) if self.env_spec.mask_size else None
-            actions[theirs] = self.opponents.act(all_ids[theirs], gather("obs", theirs), their_masks)
-        for i, view in enumerate(groups):
-            view.buffers.actions[:] = actions[i * spg:(i + 1) * spg]
+        if batch.all_chosen:
+            slots.actions[ids] = decisions.actions
+        else:  # inactive slots get a zero action, which their env ignores
+            slots.actions[ids] = 0
+            slots.actions[agent_ids] = decisions.actions
+            if len(batch.theirs):  # opponent seats act through their snapshots and are never recorded
+                their_ids = ids[batch.theirs]
+                their_masks = slots.action_mask[their_ids] if self.env_spec.mask_size else None
+                slots.actions[their_ids] = self.opponents.act(their_ids, slots.obs[their_ids], their_masks)
+        if wake is not None:
+            wake(groups)
         env_steps = len(groups) * self.layout.envs_per_group
         report.env_steps += env_steps
         self.env_steps += env_steps
-        report.agent_steps += len(agent_ids)
-        if len(agent_ids):
-            dones = (terminated | truncated).astype(np.uint8)
+        report.agent_steps += n
+        if n:
             self.assembler.add_steps(agent_ids, obs, decisions.actions, decisions.logprobs, decisions.values,
-                                     rewards, dones, bootstrap, self.inference.version, states=state_in,
+                                     batch.rewards, batch.dones, bootstrap, self.inference.version, states=state_in,
                                      action_masks=masks)
         step_s = time.perf_counter() - started
         report.act_s += step_s
         if self.metrics is not None:
-            self.metrics.step_timed(step_s=step_s, forward_s=forward_s, agents=len(agent_ids))
+            self.metrics.step_timed(step_s=step_s, forward_s=forward_s, agents=n)
 
     def forget_worker(self, worker: int) -> None:
         """A worker died and is being replaced: drop its agents' partial rows and zero their states."""
@@ -115,19 +114,16 @@ class GroupStepper:
         self.assembler.discard_agents(agents)
         self.states.reset(agents)  # the new worker's envs start fresh episodes
 
-    def _episode_stats(self, groups: Sequence[GroupView], report: RowsReport, learner: np.ndarray | None) -> None:
-        """Collect the episodes that ended in these groups, whether or not their slots act now (in self-play:
-        the learner's seats only; an env whose episode ended switches to its next opponent, if one waits)."""
-        spg = self.layout.slots_per_group
-        for i, view in enumerate(groups):
-            b = view.buffers
-            done = b.episode_done
-            if learner is not None:
-                if done.any():
-                    self.opponents.episodes_ended(view.slot_ids[done])
-                done = done & learner[i * spg:(i + 1) * spg]
-            if done.any():
-                report.returns.extend(b.episode_return[done].tolist())
-                report.lengths.extend(b.episode_length[done].tolist())
-                for k, name in enumerate(self.env_spec.episode_stats):
-                    report.stats.setdefault(name, []).extend(b.episode_stats[done, k].tolist())
+    def _episode_stats(self, ended: np.ndarray, slots: StepBuffers, report: RowsReport) -> None:
+        """Collect the episodes that ended in slots ``ended``, whether or not those act now (in self-play: the
+        learner's seats only; an env whose episode ended switches to its next opponent, if one waits)."""
+        if self.opponents is not None:
+            self.opponents.episodes_ended(ended)
+            ended = ended[self.opponents.learner_slots[ended]]
+        if not len(ended):
+            return
+        report.returns.extend(slots.episode_return[ended].tolist())
+        report.lengths.extend(slots.episode_length[ended].tolist())
+        stats = slots.episode_stats[ended]
+        for k, name in enumerate(self.env_spec.episode_stats):
+            report.stats.setdefault(name, []).extend(stats[:, k].tolist())

@@ -11,7 +11,7 @@ that is not active stops the host with a message saying so.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -39,10 +39,13 @@ class TeamStepper(GroupStepper):
         """Steps one group adds to the assembler: one per env."""
         return self.layout.envs_per_group
 
-    def act(self, groups: Sequence[GroupView], report: RowsReport) -> None:
-        """For each ready group: decide for every agent of every env, write the actions, record one step per env."""
+    def act(self, groups: Sequence[GroupView], report: RowsReport,
+            wake: Callable[[Sequence[GroupView]], None] | None = None) -> None:
+        """For each ready group: decide for every agent of every env, write the actions, ``wake`` the groups'
+        workers, record one step per env (from the copies made before the wake)."""
         started = time.perf_counter()
-        self._episode_stats(groups, report, None)
+        ids = np.concatenate([view.slot_ids for view in groups])
+        self._episode_stats(ids[groups[0].slots.episode_done[ids]], groups[0].slots, report)
         n, spg = self.layout.agents_per_env, self.layout.slots_per_group
 
         def joined(name: str) -> np.ndarray:
@@ -69,10 +72,13 @@ class TeamStepper(GroupStepper):
         actions = decisions.actions.reshape(envs * n, *self.env_spec.action.shape)
         for i, view in enumerate(groups):
             view.buffers.actions[:] = actions[i * spg:(i + 1) * spg]
+        global_state, rewards = joined("global_state")[::n], joined("rewards").reshape(envs, n)
+        if wake is not None:
+            wake(groups)
         self.assembler.add(env_ids, self.team.version, obs=obs, actions=decisions.pre_tanh,
                            logprobs=decisions.logprobs, values=np.zeros(envs, np.float32),
-                           rewards=joined("rewards").reshape(envs, n), dones=ended.astype(np.uint8),
-                           bootstrap=np.zeros(envs, np.float32), global_state=joined("global_state")[::n],
+                           rewards=rewards, dones=ended.astype(np.uint8),
+                           bootstrap=np.zeros(envs, np.float32), global_state=global_state,
                            truncated=truncated.astype(np.uint8), final_obs=final_obs, final_global_state=final_state)
         report.inference_s += forward_s
         report.inference_batches += 1

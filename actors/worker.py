@@ -1,4 +1,4 @@
-"""Env worker process: steps its env groups straight into its shared-memory segment.
+"""Env worker process: steps its env groups straight into their slots of the host's shared memory.
 
 The worker owns ``layout.groups`` groups of envs. Hot path: the host writes actions for group g into
 shared memory and sends the one byte ``g`` on the worker's pipe; the worker steps that group in place and
@@ -20,9 +20,11 @@ import time
 import traceback
 from dataclasses import dataclass
 
+import numpy as np
+
 from actors.env_failures import EnvErrorReport, NonFiniteOutput, check_finite
 from actors.slot_layout import SlotLayout
-from actors.worker_segment import WorkerSegment
+from actors.slot_segment import SlotSegment
 from configs.env_config import EnvConfig
 from envs.base import EnvSpec, StepBuffers
 from envs.errors import EnvError, EnvRaised
@@ -51,7 +53,7 @@ class WorkerSpec:
     layout: SlotLayout
     """The host's slot layout (this worker's groups, envs per group, agents per env)."""
     shm_name: str
-    """Shared-memory segment holding this worker's buffers."""
+    """The host's shared-memory segment (``SlotSegment``), which holds this worker's groups."""
     seed: int
     """Base seed for this worker's envs."""
 
@@ -67,13 +69,14 @@ def worker_main(spec: WorkerSpec, conn) -> None:  # conn: multiprocess Connectio
     """Process entry point."""
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the host's to handle
-    segment = WorkerSegment.attach(spec.shm_name, spec.env_spec, spec.layout)
+    segment = SlotSegment.attach(spec.shm_name, spec.env_spec, spec.layout)
+    groups = segment.worker_groups(spec.worker_id)
     envs: list = []
     try:
         try:
             for g in range(spec.layout.groups):
                 envs.append(make_vec_env(spec.env, spec.layout.envs_per_group))
-                _reset(envs[g], spec, segment.groups[g], _seed(spec, g, 0))
+                _reset(envs[g], spec, groups[g], _seed(spec, g, 0))
         except Exception as exc:  # a broken env: tell the host why, instead of dying into a restart loop
             _print_failure(exc)
             report = EnvErrorReport.from_exception(exc)
@@ -81,20 +84,19 @@ def worker_main(spec: WorkerSpec, conn) -> None:  # conn: multiprocess Connectio
             return
         for g in range(spec.layout.groups):
             conn.send_bytes(bytes([g, STATUS_OK]))
-        _serve(spec, conn, envs, segment)
+        _serve(spec, conn, envs, groups, segment.clocks[spec.worker_id])
     finally:
         for env in envs:
             _close_quietly(env)
         segment.close()
 
 
-def _serve(spec: WorkerSpec, conn, envs: list, segment: WorkerSegment) -> None:
+def _serve(spec: WorkerSpec, conn, envs: list, buffers: tuple[StepBuffers, ...], clock: np.ndarray) -> None:
     """The hot loop: step the group the host names, answer with its status, until told to quit.
 
-    The segment's clock accumulates seconds blocked waiting for the host (no group to step) and seconds
-    stepping.
+    ``clock`` (the worker's row of the segment's clocks) accumulates seconds blocked waiting for the host (no group to
+    step) and seconds stepping.
     """
-    buffers, clock = segment.groups, segment.clock
     ok_replies = [bytes([g, STATUS_OK]) for g in range(spec.layout.groups)]
     generations = [0] * spec.layout.groups
     failures_in_a_row = [0] * spec.layout.groups

@@ -1,6 +1,7 @@
 """The actor host's env worker processes: spawn, pipes, ready groups, restarts, clocks, stop.
 
-Each worker gets a shared segment (``WorkerSegment``) and a duplex pipe. The pool registers every pipe in
+The pool creates the host's shared memory (``SlotSegment``: every agent slot of the host, each worker stepping its own
+groups' slot ranges) and gives each worker a duplex pipe. The pool registers every pipe in
 the host's poller; ``collect`` reads the replies of the pipes the poller marked and queues the groups that
 are ready for actions in ``ready``. A worker whose pipe breaks is buried at once (its pipe leaves the poller, its
 ready groups are dropped, and so are its agents' partial rows and states, through ``on_restart``) and respawned
@@ -42,7 +43,7 @@ from actors.shm import segment_name
 from actors.slot_layout import GroupView, SlotLayout
 from actors.stop_flag import StopFlag
 from actors.worker import QUIT, STATUS_ENV_RESTARTED, STATUS_FATAL, WorkerSpec, worker_main
-from actors.worker_segment import WorkerSegment
+from actors.slot_segment import SlotSegment
 from configs.env_config import EnvConfig
 from envs.base import EnvSpec
 from envs.registry import env_label
@@ -67,8 +68,6 @@ class WorkerProcess:
 
     spec: WorkerSpec
     """What it was spawned with."""
-    segment: WorkerSegment
-    """Its shared memory (kept across restarts)."""
     groups: tuple[GroupView, ...]
     """Its groups, as the stepper acts on them."""
     process: mp.Process
@@ -141,16 +140,16 @@ class WorkerPool:
         self.workers: list[WorkerProcess] = []
         self.by_fd: dict[int, int] = {}
         self.wake_bytes = tuple(bytes([g]) for g in range(layout.groups))
+        self.segment: SlotSegment | None = SlotSegment.create(segment_name(os.getpid(), "slots"), env_spec, layout)
+        """The host's shared memory (kept across worker restarts; released by ``stop``)."""
+        self.slots = self.segment.slots
+        """Every slot of the host in shared memory (``SlotSegment.slots``)."""
+        self.views = layout.group_views(self.slots)
+        """Every group, worker by worker (``views[w * layout.groups + g]``)."""
         try:
             for w in range(layout.workers):
-                spec = WorkerSpec(worker_id=w, env=env_config, env_spec=env_spec, layout=layout,
-                                  shm_name=segment_name(os.getpid(), f"w{w}"), seed=seed)
-                segment = WorkerSegment.create(spec.shm_name, env_spec, layout)
-                try:
-                    self.workers.append(self._spawn(spec, segment))
-                except BaseException:
-                    segment.close()
-                    raise
+                self.workers.append(self._spawn(WorkerSpec(worker_id=w, env=env_config, env_spec=env_spec,
+                                                           layout=layout, shm_name=self.segment.name, seed=seed)))
         except BaseException:
             self.stop()
             raise
@@ -189,7 +188,7 @@ class WorkerPool:
 
     def read_clocks(self) -> tuple[float, float]:
         """Seconds all workers together waited for actions and stepped envs since the last call."""
-        clocks = np.stack([worker.segment.clock for worker in self.workers])
+        clocks = self.segment.clocks.copy()
         wait_s, step_s = (clocks - self.clocks_seen).sum(axis=0)
         self.clocks_seen = clocks
         return float(wait_s), float(step_s)
@@ -219,19 +218,21 @@ class WorkerPool:
                 self.poller.unregister(worker.fd)
                 worker.conn.close()
             worker.groups = ()
-            worker.segment.close()
+        self.views, self.slots = (), None
+        if self.segment is not None:
+            self.segment.close()
+            self.segment = None
 
-    def _spawn(self, spec: WorkerSpec, segment: WorkerSegment) -> WorkerProcess:
+    def _spawn(self, spec: WorkerSpec) -> WorkerProcess:
         parent, child = self.context.Pipe(duplex=True)
         process = self.context.Process(target=worker_main, args=(spec, child), daemon=True,
                                        name=f"sluice-env-worker-{spec.worker_id}")
         process.start()
         child.close()
-        groups = tuple(self.layout.group_view(spec.worker_id, g, buffers)
-                       for g, buffers in enumerate(segment.groups))
+        groups = self.views[spec.worker_id * self.layout.groups:(spec.worker_id + 1) * self.layout.groups]
         readable = select.poll()
         readable.register(parent.fileno(), select.POLLIN)
-        worker = WorkerProcess(spec=spec, segment=segment, groups=groups, process=process, conn=parent,
+        worker = WorkerProcess(spec=spec, groups=groups, process=process, conn=parent,
                                fd=parent.fileno(), readable=readable)
         self.by_fd[worker.fd] = spec.worker_id
         self.poller.register(worker.fd, zmq.POLLIN)
@@ -301,13 +302,13 @@ class WorkerPool:
                 worker.process.join(timeout=1)
             cause = worker.killed_because or exit_cause(worker.process.exitcode)
             deaths = worker.deaths_in_a_row
-            if deaths >= MAX_DEATHS_IN_A_ROW:  # stop() releases its segment
+            if deaths >= MAX_DEATHS_IN_A_ROW:  # stop() releases the segment
                 raise EnvFailure(EnvErrorReport(
                     message=f"env worker {w} died {deaths} times in a row without completing a step (last: {cause})",
                     error_type="worker process died", location=""))
             if not worker.killed_because:  # the watchdog's line already said it restarts the worker
                 LOG.warning("env worker %d died (%s; %d in a row); respawned", w, cause, deaths)
-            self.workers[w] = self._spawn(worker.spec, worker.segment)
+            self.workers[w] = self._spawn(worker.spec)
             self.workers[w].restarts = worker.restarts + 1
             self.workers[w].deaths_in_a_row = deaths
 

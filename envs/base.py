@@ -290,6 +290,10 @@ class StepBuffers:
         self.active[:] = True
         self.action_mask[:] = 1
 
+    def part(self, slots: slice) -> "StepBuffers":
+        """The same buffers restricted to ``slots`` (views: writes go to these arrays)."""
+        return StepBuffers(**{name: getattr(self, name)[slots] for name in self.__dataclass_fields__})
+
     @staticmethod
     def allocate(spec: EnvSpec, num_envs: int) -> "StepBuffers":
         """Private (non-shared) buffers, for tests and single-process use."""

@@ -14,7 +14,7 @@ from envs.spaces import ActionSpace
 from actors.inference import Inference
 from actors.recurrent_state import AgentStates
 from actors.rows_report import RowsReport
-from actors.slot_layout import SlotLayout
+from actors.slot_layout import GroupView, SlotLayout
 from actors.stepper import GroupStepper
 from configs.schema import ModelSection
 from protocol.rows import HOST_STATS
@@ -40,7 +40,8 @@ class RecordingAssembler(RowAssembler):
 
 
 def stepper_for(spec: EnvSpec, model: ModelSection, *, workers: int, envs: int, horizon: int, seed: int):
-    """A GroupStepper over ``workers`` in-process buffers of one group of ``envs`` envs each."""
+    """A GroupStepper over ``workers`` workers of one group of ``envs`` envs each, in-process; also each group's
+    buffers and the group views."""
     torch.manual_seed(seed)
     inference = Inference(spec, model, seed=seed)
     total = workers * envs * spec.num_agents
@@ -51,13 +52,13 @@ def stepper_for(spec: EnvSpec, model: ModelSection, *, workers: int, envs: int, 
     states = AgentStates(total, inference.state_size)
     layout = SlotLayout(workers=workers, groups=1, envs_per_group=envs, agents_per_env=spec.num_agents)
     stepper = GroupStepper(env_spec=spec, layout=layout, inference=inference, assembler=assembler, states=states)
-    buffers = [StepBuffers.allocate(spec, envs) for _ in range(workers)]
-    return stepper, buffers
+    views = layout.group_views(StepBuffers.allocate(spec, workers * envs))
+    return stepper, [view.buffers for view in views], views
 
 
-def act(stepper: GroupStepper, buffers: list[StepBuffers], report: RowsReport | None = None) -> RowsReport:
+def act(stepper: GroupStepper, views: list[GroupView], report: RowsReport | None = None) -> RowsReport:
     report = report or RowsReport()
-    stepper.act([stepper.layout.group_view(w, 0, b) for w, b in enumerate(buffers)], report)
+    stepper.act(views, report)
     return report
 
 
@@ -76,7 +77,7 @@ def fake_env_step(rng: np.random.Generator, b: StepBuffers) -> None:
 @pytest.mark.parametrize("core", ["lstm", "mlp"])
 def test_states_reset_bootstrap_from_pre_reset_state_and_rows_replay(core: str) -> None:
     model = ModelSection(hidden_size=8, num_layers=1, core=core)
-    stepper, buffers = stepper_for(SPEC, model, workers=2, envs=3, horizon=5, seed=7)
+    stepper, buffers, views = stepper_for(SPEC, model, workers=2, envs=3, horizon=5, seed=7)
     rng = np.random.default_rng(3)
     policy = stepper.inference.policy
     truncations = 0
@@ -84,7 +85,7 @@ def test_states_reset_bootstrap_from_pre_reset_state_and_rows_replay(core: str) 
         for b in buffers:
             fake_env_step(rng, b)
         before = stepper.states.array.copy()
-        act(stepper, buffers)
+        act(stepper, views)
         call = stepper.assembler.calls[-1]
         ended = call["dones"].astype(bool)
         prior = before[call["ids"]]
@@ -113,10 +114,10 @@ def test_states_reset_bootstrap_from_pre_reset_state_and_rows_replay(core: str) 
 
 
 def test_forgotten_worker_states_are_zeroed_and_partial_rows_dropped() -> None:
-    stepper, buffers = stepper_for(SPEC, LSTM, workers=2, envs=2, horizon=4, seed=1)
+    stepper, buffers, views = stepper_for(SPEC, LSTM, workers=2, envs=2, horizon=4, seed=1)
     for b in buffers:
         b.obs[:] = 1.0
-    act(stepper, buffers)
+    act(stepper, views)
     assert (np.abs(stepper.states.array).sum(axis=1) > 0).all()
     stepper.forget_worker(1)
     assert (np.abs(stepper.states.array[:2]).sum(axis=1) > 0).all()
@@ -127,17 +128,17 @@ def test_forgotten_worker_states_are_zeroed_and_partial_rows_dropped() -> None:
 def test_inactive_slots_are_neither_acted_for_nor_recorded() -> None:
     """Agents 1 and 2 of a 3-agent env finished early: only agent 0's steps reach the rows, until they return."""
     spec = EnvSpec(num_agents=3, obs_shape=(2,), obs_dtype="float32", action=ActionSpace.discrete(4))
-    stepper, (buf,) = stepper_for(spec, ModelSection(hidden_size=8, num_layers=1), workers=1, envs=1, horizon=3,
+    stepper, (buf,), views = stepper_for(spec, ModelSection(hidden_size=8, num_layers=1), workers=1, envs=1, horizon=3,
                                   seed=0)
     buf.obs[:] = np.arange(6, dtype=np.float32).reshape(3, 2)
-    report = act(stepper, [buf])
+    report = act(stepper, views)
     buf.active[:] = [True, False, False]
     buf.actions[:] = 7  # whatever was there: inactive slots must come back with action 0
     buf.episode_done[:] = [False, True, True]  # their episodes ended on the step they finished
     buf.episode_return[:] = [0.0, 2.5, -1.0]
     buf.episode_length[:] = [0, 4, 4]
     for _ in range(3):
-        act(stepper, [buf], report)
+        act(stepper, views, report)
         buf.episode_done[:] = False
     calls = stepper.assembler.calls
     assert [list(c["ids"]) for c in calls] == [[0, 1, 2], [0], [0], [0]]
@@ -153,7 +154,7 @@ def test_inactive_slots_are_neither_acted_for_nor_recorded() -> None:
     buf.active[:] = True
     buf.rewards[:] = [0.0, 5.0, -5.0]
     buf.terminated[:] = [True, True, True]
-    act(stepper, [buf], report)
+    act(stepper, views, report)
     assert list(calls[-1]["ids"]) == [0, 1, 2] and list(calls[-1]["rewards"]) == [0.0, 5.0, -5.0]
     # agent 1's row holds exactly its two real steps so far: no padding for the steps it sat out
     assert list(stepper.assembler.ep_lengths) == [1, 2, 2]  # agent 0 filled two rows of 3 (one step shared)
@@ -164,7 +165,7 @@ def test_inactive_slots_are_neither_acted_for_nor_recorded() -> None:
 def test_action_masks_are_obeyed_and_recorded() -> None:
     spec = EnvSpec(num_agents=2, obs_shape=(3,), obs_dtype="float32", action=ActionSpace.multi_discrete([3, 2]),
                    action_mask=True)
-    stepper, (buf,) = stepper_for(spec, ModelSection(hidden_size=8, num_layers=1), workers=1, envs=8, horizon=2,
+    stepper, (buf,), views = stepper_for(spec, ModelSection(hidden_size=8, num_layers=1), workers=1, envs=8, horizon=2,
                                   seed=2)
     rng = np.random.default_rng(0)
     counts = np.zeros((16, 3), dtype=np.int64)
@@ -175,7 +176,7 @@ def test_action_masks_are_obeyed_and_recorded() -> None:
         mask[np.arange(16), rng.integers(0, 3, 16)] = 1  # at least one legal choice for component 0
         mask[:, 4] = 1  # component 1: only choice 1 is legal
         buf.action_mask[:] = mask
-        act(stepper, [buf])
+        act(stepper, views)
         assert mask[np.arange(16), buf.actions[:, 0]].all(), "an illegal first component was sampled"
         assert (buf.actions[:, 1] == 1).all()
         np.testing.assert_array_equal(stepper.assembler.calls[-1]["masks"], mask)
@@ -196,11 +197,11 @@ def test_action_masks_are_obeyed_and_recorded() -> None:
 def test_named_episode_stats_are_collected() -> None:
     spec = EnvSpec(num_agents=1, obs_shape=(1,), obs_dtype="float32", action=ActionSpace.discrete(2),
                    episode_stats=("collected", "converted"))
-    stepper, (buf,) = stepper_for(spec, ModelSection(hidden_size=4, num_layers=1), workers=1, envs=3, horizon=3,
+    stepper, (buf,), views = stepper_for(spec, ModelSection(hidden_size=4, num_layers=1), workers=1, envs=3, horizon=3,
                                   seed=0)
     buf.episode_done[:] = [True, False, True]
     buf.episode_stats[:] = [[1.0, 2.0], [9.0, 9.0], [3.0, 4.0]]
-    report = act(stepper, [buf])
+    report = act(stepper, views)
     assert report.stats == {"collected": [1.0, 3.0], "converted": [2.0, 4.0]}
     report.clear()
     assert report.stats == {"collected": [], "converted": []} and report.agent_steps == 0
