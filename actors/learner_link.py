@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import secrets
 import socket
 import threading
@@ -150,7 +151,9 @@ class LearnerLink:
         self.data: zmq.Socket | None = None
         self.weights: zmq.Socket | None = None
         self.seq = 0
-        self.name = f"{socket.gethostname()}:{id(self) & 0xFFFF:04x}"
+        self.name = f"{socket.gethostname()}:{os.getpid()}-{secrets.token_hex(2)}"
+        """This host in the learner's log and Prometheus labels: machine, process, and a random part (two links of
+        one process differ; an object's address did not, across two hosts started alike)."""
         self.session = secrets.token_hex(8)
         """Sent with every REGISTER: the learner answers REGISTERs of one session with one token (idempotent)."""
         self.token: str | None = None
