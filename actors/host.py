@@ -199,7 +199,8 @@ class ActorHost:
     def _follow_routes(self, endpoints: tuple[str, ...] | None) -> None:
         """Several learner ranks: push rows to the ranks the learner now routes this host to."""
         if endpoints and self.link.data is not None and self.link.route_data(endpoints):
-            print(f"actors: rows now go to learner ranks at {', '.join(endpoints)}", flush=True)
+            print(f"actors: rows now go to learner ranks at {', '.join(self.link.resolve(url) for url in endpoints)}",
+                  flush=True)
 
     def _apply_broadcast(self) -> None:
         """The newest weights the learner published, or its SHUTDOWN."""
