@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
+from protocol.same_machine import owner_alive
+
 SHM_DIR = Path("/dev/shm")
 PREFIX = "sluice_"
 ALIGN = 64
@@ -102,17 +104,7 @@ def remove_stale_segments() -> list[str]:
     removed = []
     for path in SHM_DIR.glob(f"{PREFIX}*"):
         pid_text = path.name[len(PREFIX):].split("_", 1)[0]
-        if pid_text.isdigit() and not _alive(int(pid_text)):
+        if pid_text.isdigit() and not owner_alive(int(pid_text)):
             unlink(path.name)
             removed.append(path.name)
     return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -172,7 +172,7 @@ def remove_stale_ipc_files(directory: Path = IPC_DIR) -> list[Path]:
         return removed
     for path in candidates:
         match = IPC_NAME.match(path.name)
-        if match is None or file_identity(path) is None or _alive(int(match.group(1))):
+        if match is None or file_identity(path) is None or owner_alive(int(match.group(1))):
             continue
         try:
             path.unlink()
@@ -182,7 +182,8 @@ def remove_stale_ipc_files(directory: Path = IPC_DIR) -> list[Path]:
     return removed
 
 
-def _alive(pid: int) -> bool:
+def owner_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this machine (a file named after it is not stale)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
