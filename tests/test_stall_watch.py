@@ -86,6 +86,29 @@ def test_the_cause_names_refusals_stale_rows_or_a_slow_trickle():
         "rows arrive slowly: the batch is 30% full after 61 s (30 rows accepted)")
 
 
+def test_rows_that_stopped_early_in_the_wait_are_no_rows_not_a_slow_trickle():
+    """A host whose envs stop still ships the rows it had queued, just after the last update: then nothing."""
+    fake = Fake(StallRule(factor=10.0, min_s=5.0))
+    fake.host_count = 1
+    for t in range(1, 6):
+        fake.update_at(float(t))
+    fake.counts = totals(rows=256, nbytes=100)
+    fake.at(5.2)  # the queued rows arrive
+    fake.at(15.1)
+    assert fake.lines == ["learner: stalled: no update for 10 s (usually every 1.0 s) with 1 actor host registered: no "
+                          "rows arrived from the 1 registered actor host (hosts paused or stuck, envs hanging, or the "
+                          "data port unreachable); the last came 9.9 s ago, 256 rows accepted before"]
+    slow = Fake(StallRule(factor=10.0, min_s=5.0))
+    slow.host_count = 1
+    for t in range(1, 6):
+        slow.update_at(float(t))
+    for k, t in enumerate((7.0, 10.0, 14.0)):  # still coming in the second half of the wait: a slow trickle
+        slow.counts = totals(rows=10 * (k + 1), nbytes=100 * (k + 1))
+        slow.at(t)
+    slow.at(15.1)
+    assert slow.lines[-1].endswith("rows arrive slowly: the batch is 25% full after 10 s (30 rows accepted)")
+
+
 def _metric(url: str, name: str) -> float | None:
     text = urllib.request.urlopen(url, timeout=5).read().decode()
     found = re.search(rf"^{name} (\S+)$", text, re.MULTILINE)
@@ -111,9 +134,8 @@ def test_a_host_whose_workers_are_all_stopped_is_a_stall_said_in_one_line_and_a_
             for pid in workers:
                 os.kill(pid, signal.SIGCONT)
         line = [text for text in run.log("learner.log").splitlines() if "learner: stalled" in text]
-        assert len(line) == 1 and line[0].endswith("with 1 actor host registered: no rows arrived from the 1 "
-                                                   "registered actor host (hosts paused or stuck, envs hanging, or "
-                                                   "the data port unreachable)"), line
+        assert len(line) == 1 and ("with 1 actor host registered: no rows arrived from the 1 registered actor host "
+                                   "(hosts paused or stuck, envs hanging, or the data port unreachable)") in line[0], line
         assert wait_for(lambda: "learner: updates resumed after" in run.log("learner.log"), 30), run.log("learner.log")
         assert wait_for(lambda: _metric(url, "sluice_learner_stalled") == 0.0, 10)
         learner.send_signal(signal.SIGTERM)

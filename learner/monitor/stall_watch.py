@@ -31,6 +31,8 @@ REASON_HINTS = {
     "identity_mismatch": "rows arrive under another CURVE key than their registration's",
 }
 """What a refusal reason usually means, for the stall line."""
+QUIET_SHARE = 0.5
+"""Rows last received this share of the wait ago, or longer, is rows that stopped coming, not a slow trickle."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,16 +45,22 @@ class StallRule:
     """Never a stall before this many seconds without an update."""
 
 
-def describe_cause(before: IngestTotals, now: IngestTotals, *, hosts: int, filling: float, waited_s: float) -> str:
-    """Why no batch filled, from what the ingest counted between ``before`` (the last update) and ``now``."""
+def describe_cause(before: IngestTotals, now: IngestTotals, *, hosts: int, filling: float, waited_s: float,
+                   quiet_s: float = 0.0) -> str:
+    """Why no batch filled, from what the ingest counted between ``before`` (the last update) and ``now``, and
+    ``quiet_s``, the seconds since the last byte arrived (rows that stopped coming early in the wait, such as the
+    last rows a host had queued when its envs stopped, are not a slow trickle)."""
     refused = {reason: now.messages_dropped.get(reason, 0) - before.messages_dropped.get(reason, 0)
                for reason in now.messages_dropped}
     refused = {reason: count for reason, count in refused.items() if count > 0}
     accepted = now.rows_received - before.rows_received
     stale = now.rows_dropped.get("stale", 0) - before.rows_dropped.get("stale", 0)
+    no_rows = (f"no rows arrived from the {hosts} registered actor host{'s' if hosts != 1 else ''} "
+               f"(hosts paused or stuck, envs hanging, or the data port unreachable)")
     if now.bytes_received == before.bytes_received:
-        return (f"no rows arrived from the {hosts} registered actor host{'s' if hosts != 1 else ''} "
-                f"(hosts paused or stuck, envs hanging, or the data port unreachable)")
+        return no_rows
+    if quiet_s >= QUIET_SHARE * waited_s:
+        return f"{no_rows}; the last came {quiet_s:.1f} s ago, {accepted} rows accepted before"
     if refused and accepted == 0:
         ranked = sorted(refused.items(), key=lambda item: -item[1])
         worst = ranked[0][0]
@@ -84,6 +92,10 @@ class StallWatch:
         self.totals_at_update = totals()
         self.stall_began: float | None = None
         self.cause = ""
+        self.bytes_seen = self.totals_at_update.bytes_received
+        """The ingest's byte count at the last look."""
+        self.bytes_changed_at = self.last_update
+        """Monotonic time the byte count was last seen to change."""
 
     def bound_s(self) -> float:
         """Seconds without an update that make a stall now."""
@@ -110,6 +122,9 @@ class StallWatch:
         now = self.clock()
         hosts = self.hosts()
         self.gauges(stalled=self.stall_began is not None, seconds_since_update=now - self.last_update)
+        totals = self.totals()
+        if totals.bytes_received != self.bytes_seen:
+            self.bytes_seen, self.bytes_changed_at = totals.bytes_received, now
         if hosts == 0:
             self.hosts_since = None
             return
@@ -119,8 +134,8 @@ class StallWatch:
         if self.stall_began is not None or waited_s < self.bound_s():
             return
         self.stall_began = now
-        self.cause = describe_cause(self.totals_at_update, self.totals(), hosts=hosts, filling=self.filling(),
-                                    waited_s=waited_s)
+        self.cause = describe_cause(self.totals_at_update, totals, hosts=hosts, filling=self.filling(),
+                                    waited_s=waited_s, quiet_s=now - max(self.bytes_changed_at, self.last_update))
         usual = f"usually every {statistics.median(self.intervals):.1f} s" if self.intervals else "none yet"
         self.say(f"learner: stalled: no update for {waited_s:.0f} s ({usual}) with {hosts} actor "
                  f"host{'s' if hosts != 1 else ''} registered: {self.cause}")
