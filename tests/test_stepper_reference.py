@@ -16,6 +16,7 @@ from actors.opponents import learner_seats
 from actors.recurrent_state import AgentStates
 from actors.rows_report import RowsReport
 from actors.slot_layout import SlotLayout
+from actors.step_batch import StepBatch
 from actors.stepper import GroupStepper
 from configs.schema import ModelSection
 from envs.base import EnvSpec, StepBuffers
@@ -130,3 +131,10 @@ def test_compiled_batch_pass_matches_the_per_group_reference_bit_for_bit(policy:
     assert new_fields == old_fields and len(new_fields["episode_returns"]) > 50
     if selfplay:
         assert sorted(new.opponents.ended) == sorted(old.opponents.ended) and new.opponents.ended
+
+
+def test_group_views_need_the_whole_hosts_slots_and_a_batch_fits_its_step_batch() -> None:
+    with pytest.raises(ValueError, match="group_view takes the StepBuffers of all 48 slots of the host, got 8"):
+        LAYOUT.group_view(0, 0, StepBuffers.allocate(SPEC, 4))
+    with pytest.raises(ValueError, match="a batch of 9 slots exceeds this StepBatch's 8"):
+        StepBatch(8).scan(np.arange(9, dtype=np.int64), StepBuffers.allocate(SPEC, LAYOUT.total_envs))
