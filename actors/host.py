@@ -91,7 +91,7 @@ class ActorHost:
     """One host's actors for one learner, built by ``actors.wiring.build_host``."""
 
     def __init__(self, *, link: LearnerLink, registration: Registration, network: NetworkSection,
-                 workers: WorkerPool, stepper: GroupStepper, alternation: OpponentAlternation | None,
+                 rows_per_message: int, workers: WorkerPool, stepper: GroupStepper, alternation: OpponentAlternation | None,
                  poller: zmq.Poller, stop: StopFlag, metrics: HostMetrics) -> None:
         self.link = link
         self.metrics = metrics
@@ -100,6 +100,8 @@ class ActorHost:
         self.weight_shapes = weight_shapes(registration.weights)
         """Name and shape of every weight array of the model this host was built for."""
         self.network = network
+        self.rows_per_message = rows_per_message
+        """Rows per ROWS message (envs.rows.rows_per_message: the learner refuses more)."""
         self.workers = workers
         self.stepper = stepper
         self.assembler = stepper.assembler
@@ -250,7 +252,7 @@ class ActorHost:
 
     def _ship_rows(self, now: float) -> None:
         """Send full rows in blocks while the data socket has room."""
-        report, rows_per_message = self.state.report, self.network.rows_per_message
+        report, rows_per_message = self.state.report, self.rows_per_message
         while True:
             full = self.assembler.full_rows()
             due = full >= rows_per_message or (full > 0 and now - self.state.last_flush > FLUSH_AFTER_S)

@@ -45,7 +45,7 @@ from configs.plan import make_plan
 from configs.schema import RunConfig
 from envs.base import EnvSpec
 from envs.registry import env_spec
-from envs.rows import row_layout
+from envs.rows import row_layout, rows_per_message
 from protocol import Limits
 from protocol.curve import ClientCurve
 from protocol.endpoints import Endpoint
@@ -154,7 +154,6 @@ def build_host(registration: Registration, link: LearnerLink, *, options: HostOp
                      num_workers=options.num_workers or config.trainer.num_workers)
     layout = SlotLayout.from_plan(plan, groups=config.trainer.async_factor, agents_per_env=spec.num_agents)
     seed = config.run.seed + os.getpid()
-    rows_buffered = 2 * config.network.rows_per_message
     horizon = config.trainer.bptt_horizon + 1
     if config.trainer.algorithm == "coma":
         if options.null_policy:
@@ -165,8 +164,10 @@ def build_host(registration: Registration, link: LearnerLink, *, options: HostOp
                               f"only; leave --device out")
         team = TeamInference(spec, config.coma, seed=seed)
         team.load(registration.version, registration.weights)
-        assembler = RowAssembler.for_layout(row_layout(spec, horizon=horizon, state_size=0, team=True),
-                                            num_agents=layout.total_envs, num_rows=2 * layout.total_envs + rows_buffered)
+        rows = row_layout(spec, horizon=horizon, state_size=0, team=True)
+        message_rows = rows_per_message(config, rows)
+        assembler = RowAssembler.for_layout(rows, num_agents=layout.total_envs,
+                                            num_rows=2 * layout.total_envs + 2 * message_rows)
         assembler.warm_up()
         stepper: GroupStepper = TeamStepper(env_spec=spec, layout=layout, inference=team, assembler=assembler,
                                             metrics=metrics)
@@ -175,9 +176,10 @@ def build_host(registration: Registration, link: LearnerLink, *, options: HostOp
         inference = (NullInference(spec, seed=seed) if options.null_policy
                      else Inference(spec, config.model, seed=seed, device=options.device))
         inference.load(registration.version, registration.weights)
-        assembler = RowAssembler.for_layout(row_layout(spec, horizon=horizon, state_size=inference.state_size),
-                                            num_agents=layout.total_slots,
-                                            num_rows=2 * layout.total_slots + rows_buffered)
+        rows = row_layout(spec, horizon=horizon, state_size=inference.state_size)
+        message_rows = rows_per_message(config, rows)
+        assembler = RowAssembler.for_layout(rows, num_agents=layout.total_slots,
+                                            num_rows=2 * layout.total_slots + 2 * message_rows)
         assembler.warm_up()  # numba compiles now, not at the host's first steps
         alternation = (_opponent_alternation(config, spec, layout, endpoint=options.pool or options.learner,
                                              sender=link.name, seed=seed, curve=options.curve, resources=resources)
@@ -195,9 +197,10 @@ def build_host(registration: Registration, link: LearnerLink, *, options: HostOp
                                                  stop=stop, on_restart=stepper.forget_worker))
     policy = ", null policy (uniform random actions)" if options.null_policy else f", policy on {options.device}"
     print(f"actors: {layout.workers} workers x {layout.envs_per_worker} envs ({layout.groups} groups) of "
-          f"{config.env.name}{policy}, learner {options.learner.url} (as {link.name}"
+          f"{config.env.name}{policy}, up to {message_rows} rows per message, learner {options.learner.url} (as {link.name}"
           f"{', rows to ' + ', '.join(link.data_routes) if link.data_routes else ''})", flush=True)
-    return ActorHost(link=link, registration=registration, network=config.network, workers=workers,
+    return ActorHost(link=link, registration=registration, network=config.network, rows_per_message=message_rows,
+                     workers=workers,
                      stepper=stepper, alternation=alternation, poller=poller, stop=stop, metrics=metrics)
 
 

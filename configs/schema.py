@@ -223,7 +223,10 @@ class NetworkSection:
     peer_timeout_s: PositiveFloat = 10.0
     """A peer silent for this long is considered gone."""
     rows_per_message: PositiveInt = 64
-    """Rows per ROWS message from an actor host."""
+    """Rows per ROWS message from an actor host, at least: small rows travel more to a message (message_bytes)."""
+    message_bytes: Annotated[int, Range(low=0)] = 1 << 20
+    """Rows smaller than message_bytes / rows_per_message travel as many to a message as fit in this many bytes, at
+    most one batch's segments (0: always rows_per_message); hosts and learner derive the same count."""
     send_queue_messages: PositiveInt = 8
     """ZeroMQ high-water mark (messages) on the data sockets: the bound on in-flight row blocks."""
     socket_buffer_bytes: Annotated[int, Range(low=4096)] = 262144

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from configs.schema import RunConfig
 from envs.base import EnvSpec
 from protocol.rows import RowLayout
 
@@ -19,3 +20,13 @@ def row_layout(env: EnvSpec, *, horizon: int, state_size: int, team: bool = Fals
     return RowLayout(horizon=horizon, obs_shape=env.obs_shape, obs_dtype=env.obs_dtype,
                      action_shape=env.action.shape, action_dtype=env.action.dtype, action_nvec=env.action.nvec,
                      mask_size=env.mask_size, state_size=state_size)
+
+
+def rows_per_message(config: RunConfig, layout: RowLayout) -> int:
+    """The most rows one ROWS message carries, the same rule on both sides (the host ships full blocks of it, the
+    learner refuses more and bounds a message's reported steps by it): ``network.rows_per_message``, or as many
+    rows as fit in ``network.message_bytes`` when that is more, up to one batch's segments."""
+    network = config.network
+    by_bytes = network.message_bytes // layout.row_nbytes()
+    segments = config.trainer.batch_size // config.trainer.bptt_horizon
+    return max(network.rows_per_message, min(by_bytes, segments))

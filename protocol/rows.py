@@ -179,6 +179,10 @@ class RowLayout:
         own = {f.name for f in fields(self)}
         return np.dtype(getattr(self, field.dtype) if field.dtype in own else field.dtype)
 
+    def row_nbytes(self) -> int:
+        """The bytes one row takes in a ROWS message's arrays (every field, headers aside)."""
+        return sum(int(np.prod(self.row_shape(f), dtype=np.int64)) * self.dtype(f).itemsize for f in ROW_FIELDS)
+
     def specs(self) -> dict[str, ArraySpec]:
         """The array specs of a ROWS message, in message order."""
         return {f.name: ArraySpec(dtype=self.dtype(f).name, shape=(-1, *self.row_shape(f)),

@@ -30,7 +30,7 @@ import zmq
 
 from configs.schema import RunConfig
 from envs.base import EnvSpec
-from envs.rows import row_layout
+from envs.rows import row_layout, rows_per_message
 from learner.serve.batch_slots import BatchSlots
 from learner.serve.control import curve_key_of
 from learner.serve.ingest_counters import HOST_LEFT, IngestCounters
@@ -216,8 +216,8 @@ class Ingest(threading.Thread):
         sender = self._sender(message, frames)
         num_rows = message.fields["num_rows"]
         if num_rows > self.rules.rows_per_message:
-            raise ProtocolError("too_large", f"num_rows {num_rows} is more than network.rows_per_message "
-                                             f"({self.rules.rows_per_message})")
+            raise ProtocolError("too_large", f"num_rows {num_rows} is more than the {self.rules.rows_per_message} "
+                                             f"rows a message may carry (network.rows_per_message, message_bytes)")
         if num_rows < 1:
             raise ProtocolError("bad_field", f"num_rows must be 1..{self.rules.rows_per_message}, got {num_rows}")
         check_arrays(message, self.specs)
@@ -261,10 +261,12 @@ def open_ingest(config: RunConfig, spec: EnvSpec, *, context: zmq.Context, endpo
     ``rank`` and network.same_machine_ipc, also bound at ipc:///tmp/sluice_<pid>_data<rank>."""
     net = config.network
     ipc_path = data_ipc_path(os.getpid(), rank) if rank is not None and net.same_machine_ipc else None
+    team_rows = config.trainer.algorithm == "coma"
+    rows = row_layout(spec, horizon=config.trainer.bptt_horizon + 1, state_size=state_size, team=team_rows)
     return Ingest(context=context, endpoint=endpoint, segments=segments, env=spec,
                   horizon=config.trainer.bptt_horizon + 1, state_size=state_size,
                   max_policy_lag=config.trainer.max_policy_lag, hwm=net.send_queue_messages,
                   buffer_bytes=net.socket_buffer_bytes, limits=Limits(max_message_bytes=net.max_message_bytes),
-                  stop=stop, registry=registry, rows_per_message=net.rows_per_message,
+                  stop=stop, registry=registry, rows_per_message=rows_per_message(config, rows),
                   max_abs_value=net.max_abs_value, curve=curve, observer=observer,
-                  team_rows=config.trainer.algorithm == "coma", pinned=pinned, ipc_path=ipc_path)
+                  team_rows=team_rows, pinned=pinned, ipc_path=ipc_path)

@@ -1,0 +1,107 @@
+"""How many rows one ROWS message carries (envs.rows.rows_per_message): rows_per_message, or as many small rows as
+fit in network.message_bytes up to one batch's segments; the learner's ingest takes exactly that many and refuses
+one more."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+import zmq
+
+from configs.loader import load_config
+from envs.base import EnvSpec
+from envs.registry import env_spec
+from envs.rows import row_layout, rows_per_message
+from envs.spaces import ActionSpace
+from learner.serve.ingest import open_ingest
+from learner.serve.senders import Sender, SenderRegistry
+from protocol import Message, MessageType, ProtocolError
+from protocol.rows import RowLayout
+
+TOKEN = "a" * 32
+
+LAYOUTS = {
+    "cartpole": row_layout(EnvSpec(num_agents=1, obs_shape=(4,), obs_dtype="float32",
+                                   action=ActionSpace.discrete(2)), horizon=17, state_size=0),
+    "image_masks_lstm": row_layout(EnvSpec(num_agents=2, obs_shape=(3, 5, 5), obs_dtype="uint8",
+                                           action=ActionSpace.discrete(7), action_mask=True), horizon=9, state_size=32),
+    "team_box": row_layout(EnvSpec(num_agents=3, obs_shape=(6,), obs_dtype="float32",
+                                   action=ActionSpace.box([-1.0, -1.0], [1.0, 1.0]), state_size=12),
+                           horizon=5, state_size=0, team=True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LAYOUTS))
+def test_row_nbytes_is_what_one_row_of_every_field_takes(name):
+    layout: RowLayout = LAYOUTS[name]
+    one, ten = layout.allocate(1), layout.allocate(10)
+    assert layout.row_nbytes() == sum(array.nbytes for array in one.values())
+    assert 10 * layout.row_nbytes() == sum(array.nbytes for array in ten.values())
+
+
+def reference_rows(*, rows_per_message: int, message_bytes: int, row_nbytes: int, batch_size: int,
+                   bptt_horizon: int) -> int:
+    """The rule written out again: the configured rows, unless more small rows fit the byte budget (one batch at
+    most)."""
+    fit = message_bytes // row_nbytes
+    return max(rows_per_message, min(fit, batch_size // bptt_horizon))
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    ((), 512),  # 637-byte rows: 1 MiB holds 1646, one batch is 512 segments
+    (("network.message_bytes=0",), 32),  # off: the configured rows
+    (("network.message_bytes=100",), 32),  # smaller than a row: the configured rows
+    (("network.message_bytes=65536",), 102),  # 65536 // 637
+    (("network.message_bytes=65536", "network.rows_per_message=200"), 200),  # the configured rows are a floor
+    (("trainer.batch_size=1024", "trainer.minibatch_size=512"), 64),  # one batch is 64 segments
+], ids=["default", "off", "below_a_row", "by_bytes", "floor", "one_batch"])
+def test_cartpole_rows_per_message(overrides, expected):
+    config = load_config("configs/cartpole.yaml", overrides)
+    layout = row_layout(env_spec(config.env), horizon=config.trainer.bptt_horizon + 1, state_size=0)
+    assert layout.row_nbytes() == 637
+    assert rows_per_message(config, layout) == expected
+    assert expected == reference_rows(rows_per_message=config.network.rows_per_message,
+                                      message_bytes=config.network.message_bytes, row_nbytes=637,
+                                      batch_size=config.trainer.batch_size,
+                                      bptt_horizon=config.trainer.bptt_horizon)
+
+
+def test_rows_per_message_matches_the_reference_on_random_configs():
+    rng = np.random.default_rng(7)
+    for _ in range(40):
+        horizon = int(rng.choice([4, 8, 16]))
+        batch = horizon * int(rng.integers(1, 300))
+        rpm, budget = int(rng.integers(1, 200)), int(rng.choice([0, rng.integers(1, 1 << 22)]))
+        config = load_config("configs/cartpole.yaml", (
+            f"trainer.bptt_horizon={horizon}", f"trainer.batch_size={batch}", f"trainer.minibatch_size={batch}",
+            f"network.rows_per_message={rpm}", f"network.message_bytes={budget}"))
+        layout = row_layout(env_spec(config.env), horizon=horizon + 1, state_size=0)
+        assert rows_per_message(config, layout) == reference_rows(
+            rows_per_message=rpm, message_bytes=budget, row_nbytes=layout.row_nbytes(), batch_size=batch,
+            bptt_horizon=horizon)
+
+
+def test_the_learners_ingest_takes_the_shared_count_and_refuses_one_more():
+    config = load_config("configs/cartpole.yaml", ("network.message_bytes=65536",))
+    context, stop, registry = zmq.Context(), threading.Event(), SenderRegistry()
+    registry.add(Sender(name="test", token=TOKEN, curve_key=None, num_envs=4, agent_slots=4))
+    ingest = open_ingest(config, env_spec(config.env), context=context, endpoint="tcp://127.0.0.1:*", segments=512,
+                         state_size=0, stop=stop, registry=registry, curve=None)
+    try:
+        assert ingest.rules.rows_per_message == 102
+        with pytest.raises(ProtocolError, match=r"^num_rows 103 is more than the 102 rows a message may carry "
+                                                r"\(network.rows_per_message, message_bytes\)$"):
+            ingest._check(_rows_message(103), [])
+        with pytest.raises(ProtocolError, match=r"^rows message is missing array\(s\) 'obs'"):  # 102 pass the count
+            ingest._check(_rows_message(102), [])
+    finally:
+        ingest.socket.close(linger=0)
+        context.term()
+
+
+def _rows_message(num_rows: int) -> Message:
+    """A ROWS header from the registered test host, with no arrays."""
+    return Message(type=MessageType.ROWS, sender="test", version=0, fields={"num_rows": num_rows, "token": TOKEN},
+                   arrays={})
