@@ -11,7 +11,8 @@ from tests.processes import Run, metrics
 
 pytestmark = pytest.mark.integration
 
-SLOW_LEARNER_SMALL_BLOCKS = ["--set", "network.rows_per_message=2", "--set", "trainer.update_epochs=8",
+SLOW_LEARNER_SMALL_BLOCKS = ["--set", "network.rows_per_message=2", "--set", "network.message_bytes=0",
+                             "--set", "trainer.update_epochs=8",
                              "--set", "trainer.target_episode_return=null"]
 CASES = {
     "cartpole": ("configs/cartpole.yaml", ["--set", "trainer.total_timesteps=40000"]),

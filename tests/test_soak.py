@@ -29,6 +29,7 @@ mean), and the liar's valid blocks carry no episodes, so taking the flood would 
 SMALL_CARTPOLE = ("trainer.num_workers=1", "trainer.batch_size=1024", "trainer.minibatch_size=512",
                   "trainer.forward_pass_minibatch_target_size=16", "trainer.update_epochs=1",
                   "trainer.total_timesteps=1000000000", "run.checkpoint_interval=1000", "network.rows_per_message=8",
+                  "network.message_bytes=0",
                   f"trainer.target_episode_return={TARGET_RETURN}")
 """configs/cartpole.yaml scaled down: an update every 64 rows (8 blocks of 8 rows), its plan's envs fitting that."""
 

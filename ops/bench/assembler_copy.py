@@ -43,6 +43,8 @@ from actors.assembler import RowAssembler, _add_steps_kernel
 from configs.loader import load_config
 from configs.plan import make_plan
 from envs.registry import env_spec
+from envs.rows import row_layout as envs_row_layout
+from envs.rows import rows_per_message as message_rows
 from ops.benchlib import emit
 from protocol.rows import ROW_FIELDS, RowLayout
 
@@ -59,7 +61,7 @@ def host_layout(config, workers: int | None) -> dict:
     envs_per_group = plan.envs_per_worker // trainer.async_factor
     slots_per_group = envs_per_group * spec.num_agents
     total_agents = n * slots_per_group * trainer.async_factor
-    rows_per_message = config.network.rows_per_message
+    rows_per_message = message_rows(config, envs_row_layout(spec, horizon=trainer.bptt_horizon + 1, state_size=0))
     return {"spec": spec, "workers": n, "total_agents": total_agents,
             "num_rows": 2 * total_agents + 2 * rows_per_message, "horizon": trainer.bptt_horizon + 1,
             "agents_per_call": n * slots_per_group, "groups": trainer.async_factor,
@@ -90,9 +92,7 @@ def step_bytes(inputs: dict[str, np.ndarray]) -> int:
 
 def row_layout(layout: dict) -> RowLayout:
     """The rows the host's assembler fills (feed-forward policy: no recurrent state)."""
-    spec = layout["spec"]
-    return RowLayout(horizon=layout["horizon"], obs_shape=spec.obs_shape, obs_dtype=spec.obs_dtype,
-                     action_shape=spec.action.shape, action_dtype=spec.action.dtype, mask_size=spec.mask_size)
+    return envs_row_layout(layout["spec"], horizon=layout["horizon"], state_size=0)
 
 
 def new_assembler(layout: dict) -> RowAssembler:

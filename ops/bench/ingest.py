@@ -49,7 +49,7 @@ import zmq
 from configs.loader import load_config
 from configs.plan import make_plan
 from envs.registry import env_spec
-from envs.rows import row_layout
+from envs.rows import row_layout, rows_per_message
 from learner.ppo.algorithm import make_optimizer, make_reference
 from learner.ppo.schedules import schedule_for
 from learner.ppo.update import ppo_update
@@ -70,14 +70,20 @@ BENCH_TOKEN = "bench" * 6 + "00"
 """The registration token the synthetic sender's blocks carry (the ingest only takes rows from registered hosts)."""
 
 
+def message_rows(config, state_size: int) -> int:
+    """Rows per ROWS message, by the rule hosts and learner share (envs.rows.rows_per_message)."""
+    layout = row_layout(env_spec(config.env), horizon=config.trainer.bptt_horizon + 1, state_size=state_size)
+    return rows_per_message(config, layout)
+
+
 def make_blocks(config, state_size: int, seed: int) -> list[Message]:
     """One batch of ROWS messages (rows_per_message rows each, the last one shorter if needed)."""
     spec = env_spec(config.env)
     trainer = config.trainer
     plan = make_plan(trainer, num_agents=config.env.num_agents)
     horizon = trainer.bptt_horizon + 1
-    rows_per_message = config.network.rows_per_message
     layout = row_layout(spec, horizon=horizon, state_size=state_size)
+    rows_per_message = message_rows(config, state_size)
     rng = np.random.default_rng(seed)
     action = spec.action
     messages = []
@@ -257,7 +263,7 @@ def bench_case(config_path: str, overrides: list[str], updates: int, rounds: int
     common = {"config": config_path, "overrides": overrides, "env": config.env.name,
               "obs_shape": list(spec.obs_shape), "segments": plan.segments, "horizon": trainer.bptt_horizon,
               "batch_size": trainer.batch_size, "gradient_steps": plan.gradient_updates_per_batch,
-              "rows_per_message": net.rows_per_message, "messages_per_batch": len(messages),
+              "rows_per_message": message_rows(config, state_size), "messages_per_batch": len(messages),
               "message_bytes": message_bytes, "hwm": net.send_queue_messages,
               "torch_threads": config.run.torch_threads}
 
@@ -279,7 +285,7 @@ def bench_case(config_path: str, overrides: list[str], updates: int, rounds: int
                         horizon=horizon, state_size=state_size, max_policy_lag=trainer.max_policy_lag,
                         hwm=net.send_queue_messages, buffer_bytes=net.socket_buffer_bytes,
                         limits=Limits(max_message_bytes=net.max_message_bytes), stop=stop, registry=registry,
-                        rows_per_message=net.rows_per_message, max_abs_value=net.max_abs_value)
+                        rows_per_message=message_rows(config, state_size), max_abs_value=net.max_abs_value)
         endpoint = ingest.socket.getsockopt(zmq.LAST_ENDPOINT).decode()
         ingest.start()
         command = [sys.executable, "-m", "ops.bench.ingest", "--sender", endpoint, "--config", config_path,

@@ -36,6 +36,7 @@ from targets import control_classes, data_classes, pool_classes
 SMALL_SELFPLAY = ("trainer.num_workers=1", "trainer.batch_size=1024", "trainer.minibatch_size=512",
                   "trainer.forward_pass_minibatch_target_size=32", "trainer.update_epochs=1",
                   "trainer.total_timesteps=1000000000", "model.hidden_size=32", "network.rows_per_message=8",
+                  "network.message_bytes=0",
                   "selfplay.snapshot_interval=5", "selfplay.alternation_steps=50", "run.checkpoint_interval=1000")
 """configs/selfplay_connect4.yaml scaled down to update about once a second on a 2-core machine."""
 WINDOW = 32

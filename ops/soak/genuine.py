@@ -19,7 +19,7 @@ from configs.loader import config_from_dict
 from configs.schema import RunConfig
 from envs.base import EnvSpec
 from envs.registry import env_spec
-from envs.rows import row_layout
+from envs.rows import row_layout, rows_per_message
 from policies.factory import make_policy
 from protocol import Limits, Message, MessageType, ProtocolError, decode, encode
 from protocol.rows import RowLayout
@@ -39,7 +39,7 @@ class RunShape:
     layout: RowLayout
     """The ROWS message's arrays."""
     rows_per_message: int
-    """Rows per ROWS block the learner expects at most (network.rows_per_message)."""
+    """Rows per ROWS block the learner expects at most (envs.rows.rows_per_message)."""
 
     @classmethod
     def from_registration(cls, config: dict[str, Any]) -> RunShape:
@@ -47,9 +47,8 @@ class RunShape:
         run = config_from_dict(config)
         spec = env_spec(run.env)
         state_size = make_policy(spec, run.model).state_size
-        return cls(config=run, spec=spec, layout=row_layout(spec, horizon=run.trainer.bptt_horizon + 1,
-                                                            state_size=state_size),
-                   rows_per_message=run.network.rows_per_message)
+        layout = row_layout(spec, horizon=run.trainer.bptt_horizon + 1, state_size=state_size)
+        return cls(config=run, spec=spec, layout=layout, rows_per_message=rows_per_message(run, layout))
 
 
 @dataclass(kw_only=True)
