@@ -27,6 +27,7 @@ from actors.stepper import GroupStepper
 from actors.stop_flag import StopFlag
 from actors.worker_pool import WorkerPool
 from configs.schema import NetworkSection
+from envs.rows import MessageSizing
 from protocol import Message, MessageType
 
 LOG = logging.getLogger("sluice.actors")
@@ -91,8 +92,9 @@ class ActorHost:
     """One host's actors for one learner, built by ``actors.wiring.build_host``."""
 
     def __init__(self, *, link: LearnerLink, registration: Registration, network: NetworkSection,
-                 rows_per_message: int, workers: WorkerPool, stepper: GroupStepper, alternation: OpponentAlternation | None,
-                 poller: zmq.Poller, stop: StopFlag, metrics: HostMetrics) -> None:
+                 sizing: MessageSizing, workers: WorkerPool, stepper: GroupStepper,
+                 alternation: OpponentAlternation | None, poller: zmq.Poller, stop: StopFlag,
+                 metrics: HostMetrics) -> None:
         self.link = link
         self.metrics = metrics
         self.config = registration.config
@@ -100,8 +102,8 @@ class ActorHost:
         self.weight_shapes = weight_shapes(registration.weights)
         """Name and shape of every weight array of the model this host was built for."""
         self.network = network
-        self.rows_per_message = rows_per_message
-        """Rows per ROWS message (envs.rows.rows_per_message: the learner refuses more)."""
+        self.sizing = sizing
+        """Rows per ROWS message (the learner refuses more) and the data socket's high-water mark."""
         self.workers = workers
         self.stepper = stepper
         self.assembler = stepper.assembler
@@ -230,7 +232,7 @@ class ActorHost:
     def _reconnect(self, registration: Registration) -> None:
         """Registered again with the same config: reconnect the streams and take the learner's weights."""
         self.poller.unregister(self.link.weights)  # open_streams replaces the weights socket
-        self.link.open_streams(registration, hwm=self.network.send_queue_messages,
+        self.link.open_streams(registration, hwm=self.sizing.hwm,
                                buffer_bytes=self.network.socket_buffer_bytes)
         self.poller.register(self.link.weights, zmq.POLLIN)
         self.inference.load(registration.version, registration.weights)
@@ -252,7 +254,7 @@ class ActorHost:
 
     def _ship_rows(self, now: float) -> None:
         """Send full rows in blocks while the data socket has room."""
-        report, rows_per_message = self.state.report, self.rows_per_message
+        report, rows_per_message = self.state.report, self.sizing.rows
         while True:
             full = self.assembler.full_rows()
             due = full >= rows_per_message or (full > 0 and now - self.state.last_flush > FLUSH_AFTER_S)

@@ -45,7 +45,7 @@ from configs.plan import make_plan
 from configs.schema import RunConfig
 from envs.base import EnvSpec
 from envs.registry import env_spec
-from envs.rows import row_layout, rows_per_message
+from envs.rows import message_sizing, row_layout
 from protocol import Limits
 from protocol.curve import ClientCurve
 from protocol.endpoints import Endpoint
@@ -165,9 +165,9 @@ def build_host(registration: Registration, link: LearnerLink, *, options: HostOp
         team = TeamInference(spec, config.coma, seed=seed)
         team.load(registration.version, registration.weights)
         rows = row_layout(spec, horizon=horizon, state_size=0, team=True)
-        message_rows = rows_per_message(config, rows)
+        sizing = message_sizing(config, rows)
         assembler = RowAssembler.for_layout(rows, num_agents=layout.total_envs,
-                                            num_rows=2 * layout.total_envs + 2 * message_rows)
+                                            num_rows=2 * layout.total_envs + 2 * sizing.rows)
         assembler.warm_up()
         stepper: GroupStepper = TeamStepper(env_spec=spec, layout=layout, inference=team, assembler=assembler,
                                             metrics=metrics)
@@ -177,9 +177,9 @@ def build_host(registration: Registration, link: LearnerLink, *, options: HostOp
                      else Inference(spec, config.model, seed=seed, device=options.device))
         inference.load(registration.version, registration.weights)
         rows = row_layout(spec, horizon=horizon, state_size=inference.state_size)
-        message_rows = rows_per_message(config, rows)
+        sizing = message_sizing(config, rows)
         assembler = RowAssembler.for_layout(rows, num_agents=layout.total_slots,
-                                            num_rows=2 * layout.total_slots + 2 * message_rows)
+                                            num_rows=2 * layout.total_slots + 2 * sizing.rows)
         assembler.warm_up()  # numba compiles now, not at the host's first steps
         alternation = (_opponent_alternation(config, spec, layout, endpoint=options.pool or options.learner,
                                              sender=link.name, seed=seed, curve=options.curve, resources=resources)
@@ -187,7 +187,7 @@ def build_host(registration: Registration, link: LearnerLink, *, options: HostOp
         stepper = GroupStepper(env_spec=spec, layout=layout, inference=inference, assembler=assembler,
                                states=AgentStates(layout.total_slots, inference.state_size),
                                opponents=None if alternation is None else alternation.opponents, metrics=metrics)
-    link.open_streams(registration, hwm=config.network.send_queue_messages,
+    link.open_streams(registration, hwm=sizing.hwm,
                       buffer_bytes=config.network.socket_buffer_bytes)
     poller = zmq.Poller()
     poller.register(link.control, zmq.POLLIN)
@@ -197,9 +197,9 @@ def build_host(registration: Registration, link: LearnerLink, *, options: HostOp
                                                  stop=stop, on_restart=stepper.forget_worker))
     policy = ", null policy (uniform random actions)" if options.null_policy else f", policy on {options.device}"
     print(f"actors: {layout.workers} workers x {layout.envs_per_worker} envs ({layout.groups} groups) of "
-          f"{config.env.name}{policy}, up to {message_rows} rows per message, learner {options.learner.url} (as {link.name}"
+          f"{config.env.name}{policy}, up to {sizing.rows} rows per message, learner {options.learner.url} (as {link.name}"
           f"{', rows to ' + ', '.join(link.data_routes) if link.data_routes else ''})", flush=True)
-    return ActorHost(link=link, registration=registration, network=config.network, rows_per_message=message_rows,
+    return ActorHost(link=link, registration=registration, network=config.network, sizing=sizing,
                      workers=workers,
                      stepper=stepper, alternation=alternation, poller=poller, stop=stop, metrics=metrics)
 

@@ -225,10 +225,11 @@ class NetworkSection:
     rows_per_message: PositiveInt = 64
     """Rows per ROWS message from an actor host, at least: small rows travel more to a message (message_bytes)."""
     message_bytes: Annotated[int, Range(low=0)] = 1 << 20
-    """Rows smaller than message_bytes / rows_per_message travel as many to a message as fit in this many bytes, at
-    most one batch's segments (0: always rows_per_message); hosts and learner derive the same count."""
+    """Small rows travel as many to a message as fit in this many bytes, up to one batch's segments and half of
+    send_queue_messages x rows_per_message (0: always rows_per_message); hosts and learner derive the same count."""
     send_queue_messages: PositiveInt = 8
-    """ZeroMQ high-water mark (messages) on the data sockets: the bound on in-flight row blocks."""
+    """ZeroMQ high-water mark on the data sockets, in messages of rows_per_message rows: the bound on rows in
+    flight (fewer, bigger messages when message_bytes makes them bigger)."""
     socket_buffer_bytes: Annotated[int, Range(low=4096)] = 262144
     """Kernel send/receive buffer of the data sockets; bounds what hides in TCP below the high-water mark."""
     same_machine_ipc: bool = True

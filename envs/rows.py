@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from configs.schema import RunConfig
 from envs.base import EnvSpec
 from protocol.rows import RowLayout
@@ -22,11 +24,26 @@ def row_layout(env: EnvSpec, *, horizon: int, state_size: int, team: bool = Fals
                      mask_size=env.mask_size, state_size=state_size)
 
 
-def rows_per_message(config: RunConfig, layout: RowLayout) -> int:
-    """The most rows one ROWS message carries, the same rule on both sides (the host ships full blocks of it, the
-    learner refuses more and bounds a message's reported steps by it): ``network.rows_per_message``, or as many
-    rows as fit in ``network.message_bytes`` when that is more, up to one batch's segments."""
+
+@dataclass(frozen=True, kw_only=True)
+class MessageSizing:
+    """How rows travel to the learner, derived the same way by hosts and learner (``message_sizing``)."""
+
+    rows: int
+    """The most rows one ROWS message carries: the host ships full blocks of it, the learner refuses more and
+    bounds a message's reported steps by it."""
+    hwm: int
+    """The data sockets' ZeroMQ high-water mark in messages: hwm x rows stays within send_queue_messages x
+    rows_per_message rows, so bigger messages leave the rows in flight (and their staleness) as they were."""
+
+
+def message_sizing(config: RunConfig, layout: RowLayout) -> MessageSizing:
+    """``network.rows_per_message`` rows per message, or as many small rows as fit in ``network.message_bytes``
+    when that is more, up to one batch's segments and half the rows in flight (send_queue_messages x
+    rows_per_message: two messages at least may be in flight); the high-water mark keeps those rows in flight."""
     network = config.network
+    in_flight = network.send_queue_messages * network.rows_per_message
     by_bytes = network.message_bytes // layout.row_nbytes()
     segments = config.trainer.batch_size // config.trainer.bptt_horizon
-    return max(network.rows_per_message, min(by_bytes, segments))
+    rows = max(network.rows_per_message, min(by_bytes, segments, in_flight // 2))
+    return MessageSizing(rows=rows, hwm=max(1, in_flight // rows))

@@ -1,6 +1,7 @@
-"""How many rows one ROWS message carries (envs.rows.rows_per_message): rows_per_message, or as many small rows as
-fit in network.message_bytes up to one batch's segments; the learner's ingest takes exactly that many and refuses
-one more."""
+"""How rows travel (envs.rows.message_sizing): rows_per_message rows to a ROWS message, or as many small rows as fit in
+network.message_bytes (up to one batch's segments and half the rows in flight), with a high-water mark that keeps
+send_queue_messages x rows_per_message rows in flight; the learner's ingest takes exactly that many and refuses one
+more."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import zmq
 from configs.loader import load_config
 from envs.base import EnvSpec
 from envs.registry import env_spec
-from envs.rows import row_layout, rows_per_message
+from envs.rows import message_sizing, row_layout
 from envs.spaces import ActionSpace
 from learner.serve.ingest import open_ingest
 from learner.serve.senders import Sender, SenderRegistry
@@ -41,56 +42,75 @@ def test_row_nbytes_is_what_one_row_of_every_field_takes(name):
     assert 10 * layout.row_nbytes() == sum(array.nbytes for array in ten.values())
 
 
-def reference_rows(*, rows_per_message: int, message_bytes: int, row_nbytes: int, batch_size: int,
-                   bptt_horizon: int) -> int:
-    """The rule written out again: the configured rows, unless more small rows fit the byte budget (one batch at
-    most)."""
-    fit = message_bytes // row_nbytes
-    return max(rows_per_message, min(fit, batch_size // bptt_horizon))
+def reference_sizing(*, rows_per_message: int, send_queue_messages: int, message_bytes: int, row_nbytes: int,
+                     batch_size: int, bptt_horizon: int) -> tuple[int, int]:
+    """The rule written out again: (rows, hwm). Rows: the configured ones, unless more small rows fit the byte
+    budget, at most one batch and half the rows the configured queue holds; hwm: that queue's rows in messages."""
+    queue_rows = send_queue_messages * rows_per_message
+    rows = rows_per_message
+    if message_bytes // row_nbytes > rows:
+        rows = max(rows, min(message_bytes // row_nbytes, batch_size // bptt_horizon, queue_rows // 2))
+    return rows, max(1, queue_rows // rows)
 
 
 @pytest.mark.parametrize("overrides, expected", [
-    ((), 512),  # 637-byte rows: 1 MiB holds 1646, one batch is 512 segments
-    (("network.message_bytes=0",), 32),  # off: the configured rows
-    (("network.message_bytes=100",), 32),  # smaller than a row: the configured rows
-    (("network.message_bytes=65536",), 102),  # 65536 // 637
-    (("network.message_bytes=65536", "network.rows_per_message=200"), 200),  # the configured rows are a floor
-    (("trainer.batch_size=1024", "trainer.minibatch_size=512"), 64),  # one batch is 64 segments
-], ids=["default", "off", "below_a_row", "by_bytes", "floor", "one_batch"])
-def test_cartpole_rows_per_message(overrides, expected):
+    ((), (32, 2)),  # configs/cartpole.yaml queues 2 x 32 rows: half of that is no more than 32
+    (("network.send_queue_messages=32",), (512, 2)),  # 637-byte rows: 1 MiB holds 1646, one batch is 512
+    (("network.send_queue_messages=8",), (128, 2)),  # half of 8 x 32 rows
+    (("network.send_queue_messages=32", "network.message_bytes=0"), (32, 32)),  # off: the configured sizes
+    (("network.send_queue_messages=32", "network.message_bytes=100"), (32, 32)),  # smaller than a row: the same
+    (("network.send_queue_messages=32", "network.message_bytes=40000"), (62, 16)),  # 40000 // 637
+    (("network.send_queue_messages=32", "network.rows_per_message=200"), (512, 12)),  # a floor below the fit
+    (("network.send_queue_messages=32", "network.message_bytes=40000", "network.rows_per_message=200"),
+     (200, 32)),  # the configured rows: a floor
+    (("network.send_queue_messages=32", "trainer.batch_size=1024", "trainer.minibatch_size=512"),
+     (64, 16)),  # one batch is 64 segments
+], ids=["default", "long_queue", "half_queue", "off", "below_a_row", "by_bytes", "floor_below", "floor", "one_batch"])
+def test_cartpole_message_sizing(overrides, expected):
     config = load_config("configs/cartpole.yaml", overrides)
     layout = row_layout(env_spec(config.env), horizon=config.trainer.bptt_horizon + 1, state_size=0)
     assert layout.row_nbytes() == 637
-    assert rows_per_message(config, layout) == expected
-    assert expected == reference_rows(rows_per_message=config.network.rows_per_message,
-                                      message_bytes=config.network.message_bytes, row_nbytes=637,
-                                      batch_size=config.trainer.batch_size,
-                                      bptt_horizon=config.trainer.bptt_horizon)
+    sizing = message_sizing(config, layout)
+    assert (sizing.rows, sizing.hwm) == expected
+    net, trainer = config.network, config.trainer
+    assert expected == reference_sizing(rows_per_message=net.rows_per_message,
+                                        send_queue_messages=net.send_queue_messages,
+                                        message_bytes=net.message_bytes, row_nbytes=637,
+                                        batch_size=trainer.batch_size, bptt_horizon=trainer.bptt_horizon)
 
 
-def test_rows_per_message_matches_the_reference_on_random_configs():
+def test_message_sizing_matches_the_reference_and_keeps_the_rows_in_flight_on_random_configs():
     rng = np.random.default_rng(7)
-    for _ in range(40):
+    for _ in range(60):
         horizon = int(rng.choice([4, 8, 16]))
         batch = horizon * int(rng.integers(1, 300))
-        rpm, budget = int(rng.integers(1, 200)), int(rng.choice([0, rng.integers(1, 1 << 22)]))
+        rpm, queue = int(rng.integers(1, 200)), int(rng.integers(1, 20))
+        budget = int(rng.choice([0, rng.integers(1, 1 << 22)]))
         config = load_config("configs/cartpole.yaml", (
             f"trainer.bptt_horizon={horizon}", f"trainer.batch_size={batch}", f"trainer.minibatch_size={batch}",
-            f"network.rows_per_message={rpm}", f"network.message_bytes={budget}"))
+            f"network.rows_per_message={rpm}", f"network.message_bytes={budget}",
+            f"network.send_queue_messages={queue}"))
         layout = row_layout(env_spec(config.env), horizon=horizon + 1, state_size=0)
-        assert rows_per_message(config, layout) == reference_rows(
-            rows_per_message=rpm, message_bytes=budget, row_nbytes=layout.row_nbytes(), batch_size=batch,
-            bptt_horizon=horizon)
+        sizing = message_sizing(config, layout)
+        assert (sizing.rows, sizing.hwm) == reference_sizing(
+            rows_per_message=rpm, send_queue_messages=queue, message_bytes=budget, row_nbytes=layout.row_nbytes(),
+            batch_size=batch, bptt_horizon=horizon)
+        assert sizing.rows >= rpm
+        # a full queue never holds more rows than the configured one; bigger messages leave at least two in it
+        assert sizing.hwm * sizing.rows <= max(queue * rpm, sizing.rows)
+        assert sizing.rows == rpm or sizing.hwm >= 2
 
 
 def test_the_learners_ingest_takes_the_shared_count_and_refuses_one_more():
-    config = load_config("configs/cartpole.yaml", ("network.message_bytes=65536",))
+    config = load_config("configs/cartpole.yaml", ("network.message_bytes=65536",
+                                                   "network.send_queue_messages=16"))
     context, stop, registry = zmq.Context(), threading.Event(), SenderRegistry()
     registry.add(Sender(name="test", token=TOKEN, curve_key=None, num_envs=4, agent_slots=4))
     ingest = open_ingest(config, env_spec(config.env), context=context, endpoint="tcp://127.0.0.1:*", segments=512,
                          state_size=0, stop=stop, registry=registry, curve=None)
     try:
-        assert ingest.rules.rows_per_message == 102
+        assert ingest.rules.rows_per_message == 102  # 65536 // 637
+        assert ingest.socket.getsockopt(zmq.RCVHWM) == 5  # 16 x 32 rows in flight
         with pytest.raises(ProtocolError, match=r"^num_rows 103 is more than the 102 rows a message may carry "
                                                 r"\(network.rows_per_message, message_bytes\)$"):
             ingest._check(_rows_message(103), [])

@@ -66,7 +66,7 @@ class RowRules:
     bptt_horizon: int
     """Steps a row adds per agent once it is under way (a row holds bptt_horizon + 1 steps)."""
     rows_per_message: int
-    """Most rows one ROWS message may carry (envs.rows.rows_per_message, the rule the hosts ship by)."""
+    """Most rows one ROWS message may carry (envs.rows.message_sizing, the rule the hosts ship by)."""
     max_abs_value: float
     """Largest magnitude accepted in a bounded float field (network.max_abs_value)."""
     agents_per_row: int = 1
