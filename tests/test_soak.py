@@ -113,7 +113,7 @@ def test_a_registered_host_that_lies_is_refused_counted_and_never_solves_the_run
         def fed() -> bool:
             sender.keep_alive()
             if sender.data.poll(0, zmq.POLLOUT):
-                sender.send(encode(sender.rows_message(sender.shape.rows_per_message, rng)), timeout_s=0)
+                sender.send(encode(sender.rows_message(sender.shape.sizing.rows, rng)), timeout_s=0)
             return predicate()
         return stack_module.wait_until(fed, timeout_s, interval_s=0.02)
 

@@ -44,7 +44,7 @@ from configs.loader import load_config
 from configs.plan import make_plan
 from envs.registry import env_spec
 from envs.rows import row_layout as envs_row_layout
-from envs.rows import rows_per_message as message_rows
+from envs.rows import message_sizing
 from ops.benchlib import emit
 from protocol.rows import ROW_FIELDS, RowLayout
 
@@ -61,7 +61,8 @@ def host_layout(config, workers: int | None) -> dict:
     envs_per_group = plan.envs_per_worker // trainer.async_factor
     slots_per_group = envs_per_group * spec.num_agents
     total_agents = n * slots_per_group * trainer.async_factor
-    rows_per_message = message_rows(config, envs_row_layout(spec, horizon=trainer.bptt_horizon + 1, state_size=0))
+    rows_per_message = message_sizing(config, envs_row_layout(spec, horizon=trainer.bptt_horizon + 1,
+                                                              state_size=0)).rows
     return {"spec": spec, "workers": n, "total_agents": total_agents,
             "num_rows": 2 * total_agents + 2 * rows_per_message, "horizon": trainer.bptt_horizon + 1,
             "agents_per_call": n * slots_per_group, "groups": trainer.async_factor,

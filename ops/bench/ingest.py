@@ -49,7 +49,7 @@ import zmq
 from configs.loader import load_config
 from configs.plan import make_plan
 from envs.registry import env_spec
-from envs.rows import row_layout, rows_per_message
+from envs.rows import MessageSizing, message_sizing, row_layout
 from learner.ppo.algorithm import make_optimizer, make_reference
 from learner.ppo.schedules import schedule_for
 from learner.ppo.update import ppo_update
@@ -70,10 +70,10 @@ BENCH_TOKEN = "bench" * 6 + "00"
 """The registration token the synthetic sender's blocks carry (the ingest only takes rows from registered hosts)."""
 
 
-def message_rows(config, state_size: int) -> int:
-    """Rows per ROWS message, by the rule hosts and learner share (envs.rows.rows_per_message)."""
+def sizing_of(config, state_size: int) -> MessageSizing:
+    """Rows per ROWS message and the data sockets' high-water mark, as hosts and learner derive them."""
     layout = row_layout(env_spec(config.env), horizon=config.trainer.bptt_horizon + 1, state_size=state_size)
-    return rows_per_message(config, layout)
+    return message_sizing(config, layout)
 
 
 def make_blocks(config, state_size: int, seed: int) -> list[Message]:
@@ -83,7 +83,7 @@ def make_blocks(config, state_size: int, seed: int) -> list[Message]:
     plan = make_plan(trainer, num_agents=config.env.num_agents)
     horizon = trainer.bptt_horizon + 1
     layout = row_layout(spec, horizon=horizon, state_size=state_size)
-    rows_per_message = message_rows(config, state_size)
+    rows_per_message = sizing_of(config, state_size).rows
     rng = np.random.default_rng(seed)
     action = spec.action
     messages = []
@@ -138,7 +138,7 @@ def sender_main(args: argparse.Namespace) -> None:
     sock = context.socket(zmq.PUSH)
     sent = 0
     try:
-        sock.setsockopt(zmq.SNDHWM, config.network.send_queue_messages)
+        sock.setsockopt(zmq.SNDHWM, sizing_of(config, args.state_size).hwm)
         sock.setsockopt(zmq.SNDBUF, config.network.socket_buffer_bytes)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.IMMEDIATE, 1)
@@ -263,8 +263,8 @@ def bench_case(config_path: str, overrides: list[str], updates: int, rounds: int
     common = {"config": config_path, "overrides": overrides, "env": config.env.name,
               "obs_shape": list(spec.obs_shape), "segments": plan.segments, "horizon": trainer.bptt_horizon,
               "batch_size": trainer.batch_size, "gradient_steps": plan.gradient_updates_per_batch,
-              "rows_per_message": message_rows(config, state_size), "messages_per_batch": len(messages),
-              "message_bytes": message_bytes, "hwm": net.send_queue_messages,
+              "rows_per_message": sizing_of(config, state_size).rows, "messages_per_batch": len(messages),
+              "message_bytes": message_bytes, "hwm": sizing_of(config, state_size).hwm,
               "torch_threads": config.run.torch_threads}
 
     stop = threading.Event()
@@ -283,9 +283,9 @@ def bench_case(config_path: str, overrides: list[str], updates: int, rounds: int
                             agent_slots=plan.num_envs * spec.num_agents))
         ingest = Ingest(context=context, endpoint="tcp://127.0.0.1:*", segments=plan.segments, env=spec,
                         horizon=horizon, state_size=state_size, max_policy_lag=trainer.max_policy_lag,
-                        hwm=net.send_queue_messages, buffer_bytes=net.socket_buffer_bytes,
+                        hwm=sizing_of(config, state_size).hwm, buffer_bytes=net.socket_buffer_bytes,
                         limits=Limits(max_message_bytes=net.max_message_bytes), stop=stop, registry=registry,
-                        rows_per_message=message_rows(config, state_size), max_abs_value=net.max_abs_value)
+                        rows_per_message=sizing_of(config, state_size).rows, max_abs_value=net.max_abs_value)
         endpoint = ingest.socket.getsockopt(zmq.LAST_ENDPOINT).decode()
         ingest.start()
         command = [sys.executable, "-m", "ops.bench.ingest", "--sender", endpoint, "--config", config_path,

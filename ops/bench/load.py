@@ -65,7 +65,7 @@ def simulated_host(control_url: str, name: str, seconds: float, seed: int, ready
     sender = RegisteredSender(context, control_url=control_url, name=name)
     ready.put(name)
     rng = np.random.default_rng(seed)
-    rows = sender.shape.rows_per_message
+    rows = sender.shape.sizing.rows
     start.wait()
     began = time.monotonic()
     frames, version = None, None

@@ -55,6 +55,7 @@ from configs.plan import make_plan
 from configs.schema import RunConfig
 from envs.base import StepBuffers
 from envs.registry import env_spec, make_vec_env
+from envs.rows import MessageSizing, message_sizing, row_layout
 from learner.serve.control import ControlServer
 from learner.serve.host_sizing import HostSizing
 from learner.serve.ingest_counters import host_timing
@@ -81,9 +82,10 @@ TRANSPORTS = ("ipc", "tcp")
 ACTIONS_CYCLE = 64
 
 
-def bench_config(env: str, workers: int, envs_per_worker: int | None, async_factor: int) -> RunConfig:
+def bench_config(env: str, workers: int, envs_per_worker: int | None, async_factor: int,
+                 extra: tuple[str, ...] = ()) -> RunConfig:
     """The env's run config sized to ``workers`` x ``envs_per_worker`` envs (default: what the run config plans
-    for ``workers``) in ``async_factor`` groups."""
+    for ``workers``) in ``async_factor`` groups, then the ``extra`` overrides (--set)."""
     path, overrides = ENVS[env]
     config = load_config(REPO / path, overrides)
     sizing = [f"trainer.num_workers={workers}", f"trainer.async_factor={async_factor}"]
@@ -97,7 +99,7 @@ def bench_config(env: str, workers: int, envs_per_worker: int | None, async_fact
     batch = max(config.trainer.batch_size, total_agents * config.trainer.bptt_horizon)
     sizing += [f"trainer.forward_pass_minibatch_target_size={target}",  # the batch only has to hold the rows
                f"trainer.batch_size={batch}", f"trainer.minibatch_size={batch}"]
-    return load_config(REPO / path, overrides + sizing)
+    return load_config(REPO / path, [*overrides, *sizing, *extra])
 
 
 # -- raw: the same env groups, stepped by plain processes ------------------------------------------------
@@ -253,6 +255,15 @@ def _accepted_transports(monitor: zmq.Socket) -> set[str]:
     return schemes
 
 
+def _sizing(config: RunConfig, policy: str) -> MessageSizing:
+    """Rows per message and the data sockets' high-water mark, as host and learner derive them for this host's
+    rows (envs.rows.message_sizing)."""
+    spec = env_spec(config.env)
+    state_size = 0 if policy == "null" else make_policy(spec, config.model).state_size
+    layout = row_layout(spec, horizon=config.trainer.bptt_horizon + 1, state_size=state_size)
+    return message_sizing(config, layout)
+
+
 def measure_pipeline(config: RunConfig, workers: int, seconds: float, warmup_s: float = 3.0,
                      profile: str | None = None, policy: str = "null", actor_device: str = "cpu",
                      transport: str = "ipc") -> dict:
@@ -264,7 +275,7 @@ def measure_pipeline(config: RunConfig, workers: int, seconds: float, warmup_s: 
     context = zmq.Context()
     stop = threading.Event()
     data = context.socket(zmq.PULL)
-    data.setsockopt(zmq.RCVHWM, net.send_queue_messages)
+    data.setsockopt(zmq.RCVHWM, _sizing(config, policy).hwm)
     data.setsockopt(zmq.RCVBUF, net.socket_buffer_bytes)
     data.setsockopt(zmq.LINGER, 0)
     data_port = data.bind_to_random_port("tcp://127.0.0.1")
@@ -406,20 +417,24 @@ def main() -> None:
     parser.add_argument("--transport", choices=TRANSPORTS, default="ipc",
                         help="how rows reach the sink: ipc (the unix socket a learner on this machine offers; the "
                              "default) or tcp (over loopback)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="a config override after the bench's own sizing (e.g. network.send_queue_messages=32)")
     parser.add_argument("--profile-host", metavar="PATH", default=None,
                         help="run the actor host under cProfile, writing PATH (read it with python -m pstats)")
     args = parser.parse_args()
     keep_freed_memory()  # the sink decodes what the learner's ingest would, tuned as the learner is
     for env in args.envs:
         for async_factor in args.async_factor:
-            config = bench_config(env, args.workers, args.envs_per_worker, async_factor)
+            config = bench_config(env, args.workers, args.envs_per_worker, async_factor, tuple(args.overrides))
             plan = make_plan(config.trainer, num_agents=config.env.num_agents, num_workers=args.workers)
             record = {"bench": "pipeline", "env": env, "num_agents": config.env.num_agents,
                       "obs_shape": list(env_spec(config.env).obs_shape), "workers": args.workers,
                       "envs_per_worker": plan.envs_per_worker, "async_factor": async_factor,
                       "forward_pass_minibatch_target_size": config.trainer.forward_pass_minibatch_target_size,
                       "bptt_horizon": config.trainer.bptt_horizon, "seconds": args.seconds,
-                      "policy": args.policy, "actor_device": args.actor_device, "transport": args.transport}
+                      "policy": args.policy, "actor_device": args.actor_device, "transport": args.transport,
+                      "overrides": args.overrides, "rows_per_message": _sizing(config, args.policy).rows,
+                      "data_hwm": _sizing(config, args.policy).hwm}
             for round_number in range(1, args.rounds + 1):
                 emit(measure_round(record, config, args, round_number))
 

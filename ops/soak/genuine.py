@@ -19,7 +19,7 @@ from configs.loader import config_from_dict
 from configs.schema import RunConfig
 from envs.base import EnvSpec
 from envs.registry import env_spec
-from envs.rows import row_layout, rows_per_message
+from envs.rows import MessageSizing, message_sizing, row_layout
 from policies.factory import make_policy
 from protocol import Limits, Message, MessageType, ProtocolError, decode, encode
 from protocol.rows import RowLayout
@@ -38,8 +38,8 @@ class RunShape:
     """The env's spec (spaces, agents, episode statistics)."""
     layout: RowLayout
     """The ROWS message's arrays."""
-    rows_per_message: int
-    """Rows per ROWS block the learner expects at most (envs.rows.rows_per_message)."""
+    sizing: MessageSizing
+    """Rows per ROWS block the learner expects at most, and the data socket's high-water mark."""
 
     @classmethod
     def from_registration(cls, config: dict[str, Any]) -> RunShape:
@@ -48,7 +48,7 @@ class RunShape:
         spec = env_spec(run.env)
         state_size = make_policy(spec, run.model).state_size
         layout = row_layout(spec, horizon=run.trainer.bptt_horizon + 1, state_size=state_size)
-        return cls(config=run, spec=spec, layout=layout, rows_per_message=rows_per_message(run, layout))
+        return cls(config=run, spec=spec, layout=layout, sizing=message_sizing(run, layout))
 
 
 @dataclass(kw_only=True)
@@ -84,7 +84,7 @@ class RegisteredSender:
         self.shape = RunShape.from_registration(fields["config"])
         self.data = context.socket(zmq.PUSH)
         self.data.setsockopt(zmq.LINGER, 0)
-        self.data.setsockopt(zmq.SNDHWM, self.shape.config.network.send_queue_messages)
+        self.data.setsockopt(zmq.SNDHWM, self.shape.sizing.hwm)
         self.data.connect(fields["data_endpoint"])
         self.last_heartbeat = time.monotonic()
         self.counts = SendCounts()

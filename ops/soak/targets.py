@@ -28,7 +28,7 @@ def _message(type_: MessageType, fields: dict | None = None, **kwargs) -> Parts:
 
 def data_classes(sender: RegisteredSender) -> list[HostileClass]:
     """Hostile ROWS blocks, plus a small genuine control group that must be accepted."""
-    rows = sender.shape.rows_per_message
+    rows = sender.shape.sizing.rows
 
     def genuine(rng: np.random.Generator, count: int = rows) -> Parts:
         return parts_of(sender.rows_message(count, rng))
