@@ -8,6 +8,7 @@ import logging
 import re
 import shutil
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -290,23 +291,32 @@ def test_messages_with_impossible_counts_are_dropped_and_count_nothing(ingest, c
     assert (snapshot.agent_steps, snapshot.episodes) == (SEGMENTS, 1)
 
 
-def test_with_curve_rows_must_arrive_under_the_key_their_token_registered_with(tmp_path):
-    keys = tmp_path / "keys"
+def curve_ingest(keys: Path, clients: tuple[str, ...], *,
+                 ipc_path: Path | None = None) -> tuple[zmq.Context, threading.Event, ZapGuard, Ingest]:
+    """Server keys under ``keys`` and client keys for ``clients`` (all allowed), and an Ingest (not started) under
+    CURVE whose registry holds TOKEN under the first client's key: its context, stop event and ZAP guard too."""
     assert keys_main(["server", str(keys)]) == 0
     (keys / "allowed").mkdir()
-    for name in ("host", "other"):
+    for name in clients:
         assert keys_main(["client", str(keys), name]) == 0
         shutil.copy(keys / f"{name}.key", keys / "allowed" / f"{name}.key")
-    host_key = zmq.auth.load_certificate(keys / "host.key")[0].decode("ascii")
+    host_key = zmq.auth.load_certificate(keys / f"{clients[0]}.key")[0].decode("ascii")
     registry = SenderRegistry()
-    registry.add(Sender(name="host", token=TOKEN, curve_key=host_key, num_envs=4, agent_slots=4))
+    registry.add(Sender(name=clients[0], token=TOKEN, curve_key=host_key, num_envs=4, agent_slots=4))
     context, stop = zmq.Context(), threading.Event()
     curve = load_server_curve(keys / "server.key_secret", keys / "allowed")
     guard = ZapGuard(context, curve)
     thread = Ingest(context=context, endpoint="tcp://127.0.0.1:*", segments=SEGMENTS, env=SPEC, horizon=HORIZON,
                     state_size=0, max_policy_lag=2, hwm=4, buffer_bytes=65536, limits=Limits(), stop=stop,
-                    registry=registry, rows_per_message=ROWS_PER_MESSAGE, max_abs_value=1e6, curve=curve)
+                    registry=registry, rows_per_message=ROWS_PER_MESSAGE, max_abs_value=1e6, curve=curve,
+                    ipc_path=ipc_path)
     thread.set_policy_version(10)
+    return context, stop, guard, thread
+
+
+def test_with_curve_rows_must_arrive_under_the_key_their_token_registered_with(tmp_path):
+    keys = tmp_path / "keys"
+    context, stop, guard, thread = curve_ingest(keys, ("host", "other"))
     endpoint = thread.socket.getsockopt(zmq.LAST_ENDPOINT).decode()
     pushes = []
     try:

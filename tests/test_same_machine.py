@@ -8,22 +8,18 @@ import os
 import shutil
 import socket
 import tempfile
-import threading
 from pathlib import Path
 
 import pytest
 import zmq
 
 from actors.learner_link import LearnerLink, Registration
-from learner.serve.ingest import Ingest
-from learner.serve.senders import Sender, SenderRegistry
 from protocol import Limits, encode
-from protocol.curve import ZapGuard, load_client_curve, load_server_curve
+from protocol.curve import load_client_curve
 from protocol.endpoints import parse_endpoint
-from protocol.keys import main as keys_main
 from protocol.same_machine import (IpcRoute, bind_ipc, data_ipc_path, file_identity, ipc_routes, machine_identity,
                                    remove_ipc_file, remove_stale_ipc_files, usable_ipc)
-from tests.test_ingest import HORIZON, ROWS_PER_MESSAGE, SEGMENTS, SPEC, TOKEN, full_slot, rows_message
+from tests.test_ingest import curve_ingest, full_slot, rows_message
 from tests.processes import wait_for
 
 
@@ -121,21 +117,7 @@ def test_bind_ipc_binds_beside_tcp_and_its_file_goes_when_removed(short_dir):
 
 def test_rows_over_ipc_need_the_same_curve_key_and_the_file_goes_with_the_ingest(short_dir):
     keys = short_dir / "keys"
-    assert keys_main(["server", str(keys)]) == 0
-    (keys / "allowed").mkdir()
-    assert keys_main(["client", str(keys), "host"]) == 0
-    shutil.copy(keys / "host.key", keys / "allowed" / "host.key")
-    registry = SenderRegistry()
-    host_key = zmq.auth.load_certificate(keys / "host.key")[0].decode("ascii")
-    registry.add(Sender(name="host", token=TOKEN, curve_key=host_key, num_envs=4, agent_slots=4))
-    context, stop = zmq.Context(), threading.Event()
-    curve = load_server_curve(keys / "server.key_secret", keys / "allowed")
-    guard = ZapGuard(context, curve)
-    thread = Ingest(context=context, endpoint="tcp://127.0.0.1:*", segments=SEGMENTS, env=SPEC, horizon=HORIZON,
-                    state_size=0, max_policy_lag=2, hwm=4, buffer_bytes=65536, limits=Limits(), stop=stop,
-                    registry=registry, rows_per_message=ROWS_PER_MESSAGE, max_abs_value=1e6, curve=curve,
-                    ipc_path=data_ipc_path(os.getpid(), 0, short_dir))
-    thread.set_policy_version(10)
+    context, stop, guard, thread = curve_ingest(keys, ("host",), ipc_path=data_ipc_path(os.getpid(), 0, short_dir))
     assert thread.ipc is not None
     plain, keyed = context.socket(zmq.PUSH), context.socket(zmq.PUSH)
     try:
