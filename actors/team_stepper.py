@@ -44,35 +44,30 @@ class TeamStepper(GroupStepper):
         """For each ready group: decide for every agent of every env, write the actions, ``wake`` the groups'
         workers, record one step per env (from the copies made before the wake)."""
         started = time.perf_counter()
-        ids = np.concatenate([view.slot_ids for view in groups])
-        self._episode_stats(ids[groups[0].slots.episode_done[ids]], groups[0].slots, report)
-        n, spg = self.layout.agents_per_env, self.layout.slots_per_group
-
-        def joined(name: str) -> np.ndarray:
-            return np.concatenate([getattr(view.buffers, name) for view in groups])
-
-        active = joined("active")
+        slots = groups[0].slots  # the host's StepBuffers: every field read and written by slot id
+        ids = groups[0].slot_ids if len(groups) == 1 else np.concatenate([view.slot_ids for view in groups])
+        self._episode_stats(ids[slots.episode_done[ids]], slots, report)
+        n = self.layout.agents_per_env
+        active = slots.active[ids]
         if not active.all():
             raise RuntimeError(f"trainer.algorithm coma needs every agent of an env to act on every step; "
                                f"{int((~active).sum())} of {len(active)} agent slots were inactive (an env whose "
                                f"agents finish at different times is not one COMA can learn from)")
-        env_ids = np.concatenate([view.slot_ids[::n] // n for view in groups])
+        env_ids = ids[::n] // n
         envs = len(env_ids)
-        obs = joined("obs").reshape(envs, n, *self.env_spec.obs_shape)
-        terminated = joined("terminated").reshape(envs, n).any(axis=1)
-        truncated = joined("truncated").reshape(envs, n).any(axis=1) & ~terminated
+        obs = slots.obs[ids].reshape(envs, n, *self.env_spec.obs_shape)
+        terminated = slots.terminated[ids].reshape(envs, n).any(axis=1)
+        truncated = slots.truncated[ids].reshape(envs, n).any(axis=1) & ~terminated
         ended = terminated | truncated
-        final_obs = joined("final_obs").reshape(envs, n, *self.env_spec.obs_shape).copy()
-        final_state = joined("final_global_state")[::n].copy()
+        final_obs = slots.final_obs[ids].reshape(envs, n, *self.env_spec.obs_shape)
+        final_state = slots.final_global_state[ids[::n]]
         final_obs[~ended] = 0  # only an ended episode's are real; the rest are zeros, not stale values
         final_state[~ended] = 0
         decide_started = time.perf_counter()
         decisions = self.team.decide(obs)
         forward_s = time.perf_counter() - decide_started
-        actions = decisions.actions.reshape(envs * n, *self.env_spec.action.shape)
-        for i, view in enumerate(groups):
-            view.buffers.actions[:] = actions[i * spg:(i + 1) * spg]
-        global_state, rewards = joined("global_state")[::n], joined("rewards").reshape(envs, n)
+        slots.actions[ids] = decisions.actions.reshape(envs * n, *self.env_spec.action.shape)
+        global_state, rewards = slots.global_state[ids[::n]], slots.rewards[ids].reshape(envs, n)
         if wake is not None:
             wake(groups)
         self.assembler.add(env_ids, self.team.version, obs=obs, actions=decisions.pre_tanh,

@@ -88,3 +88,32 @@ def test_an_inactive_agent_stops_the_host_with_a_reason() -> None:
     buffers.active[1] = False
     with pytest.raises(RuntimeError, match="coma needs every agent of an env to act on every step; 1 of 12"):
         stepper.act([stepper.layout.group_view(0, 0, buffers)], RowsReport.for_stats(env.spec.episode_stats))
+
+
+def test_groups_of_different_workers_in_one_batch_are_read_and_written_by_their_slots() -> None:
+    """Two of four groups (worker 0's second, worker 1's first) in one call: each env's row opens with that env's
+    agents' observations and global state, only those slots get actions, the other groups' envs record nothing."""
+    spec = SimpleSpreadVec(1, num_agents=AGENTS, max_steps=MAX_STEPS).spec
+    layout = SlotLayout(workers=2, groups=2, envs_per_group=ENVS, agents_per_env=AGENTS)
+    slots = StepBuffers.allocate(spec, layout.total_envs)
+    rng = np.random.default_rng(5)
+    slots.obs[:] = rng.standard_normal(slots.obs.shape)
+    slots.global_state[:] = rng.standard_normal(slots.global_state.shape)
+    slots.active[:] = True
+    assembler = RowAssembler.for_layout(row_layout(spec, horizon=HORIZON, state_size=0, team=True),
+                                        num_agents=layout.total_envs, num_rows=4 * layout.total_envs)
+    stepper = TeamStepper(env_spec=spec, layout=layout, assembler=assembler,
+                          inference=TeamInference(spec, ComaSection(hidden_sizes=[16]), seed=0))
+    groups = [layout.group_view(0, 1, slots), layout.group_view(1, 0, slots)]
+    stepper.act(groups, RowsReport.for_stats(spec.episode_stats))
+    acted = np.concatenate([view.slot_ids for view in groups])
+    envs = np.unique(acted // AGENTS)
+    assert envs.tolist() == list(range(ENVS, 3 * ENVS))  # worker 0's group 1 and worker 1's group 0
+    assert assembler.ep_lengths[envs].tolist() == [1] * len(envs)
+    assert not assembler.ep_lengths[np.setdiff1d(np.arange(layout.total_envs), envs)].any()
+    for e in envs:
+        row = assembler.ep_indices[e]
+        np.testing.assert_array_equal(assembler.arrays["obs"][row, 0], slots.obs[e * AGENTS:(e + 1) * AGENTS])
+        np.testing.assert_array_equal(assembler.arrays["global_state"][row, 0], slots.global_state[e * AGENTS])
+    others = np.setdiff1d(np.arange(layout.total_slots), acted)
+    assert np.abs(slots.actions[acted]).sum(axis=-1).all() and not slots.actions[others].any()
