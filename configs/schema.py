@@ -225,8 +225,9 @@ class NetworkSection:
     rows_per_message: PositiveInt = 64
     """Rows per ROWS message from an actor host, at least: small rows travel more to a message (message_bytes)."""
     message_bytes: Annotated[int, Range(low=0)] = 1 << 20
-    """Small rows travel as many to a message as fit in this many bytes, up to one batch's segments and half of
-    send_queue_messages x rows_per_message (0: always rows_per_message); hosts and learner derive the same count."""
+    """Small rows travel as many to a message as fit in this many bytes (and in half of max_message_bytes), up to one
+    batch's segments and half of send_queue_messages x rows_per_message (0: always rows_per_message); hosts and
+    learner derive the same count (envs.rows.message_sizing)."""
     send_queue_messages: PositiveInt = 8
     """ZeroMQ high-water mark on the data sockets, in messages of rows_per_message rows: the bound on rows in
     flight (fewer, bigger messages when message_bytes makes them bigger)."""

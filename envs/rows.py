@@ -39,11 +39,12 @@ class MessageSizing:
 
 def message_sizing(config: RunConfig, layout: RowLayout) -> MessageSizing:
     """``network.rows_per_message`` rows per message, or as many small rows as fit in ``network.message_bytes``
-    when that is more, up to one batch's segments and half the rows in flight (send_queue_messages x
-    rows_per_message: two messages at least may be in flight); the high-water mark keeps those rows in flight."""
+    (and in half of ``max_message_bytes``) when that is more, up to one batch's segments and half the rows in flight
+    (send_queue_messages x rows_per_message: two messages at least may be in flight); the high-water mark keeps
+    those rows in flight."""
     network = config.network
     in_flight = network.send_queue_messages * network.rows_per_message
-    by_bytes = network.message_bytes // layout.row_nbytes()
+    by_bytes = min(network.message_bytes, network.max_message_bytes // 2) // layout.row_nbytes()
     segments = config.trainer.batch_size // config.trainer.bptt_horizon
     rows = max(network.rows_per_message, min(by_bytes, segments, in_flight // 2))
     return MessageSizing(rows=rows, hwm=max(1, in_flight // rows))

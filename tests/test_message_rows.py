@@ -43,13 +43,15 @@ def test_row_nbytes_is_what_one_row_of_every_field_takes(name):
 
 
 def reference_sizing(*, rows_per_message: int, send_queue_messages: int, message_bytes: int, row_nbytes: int,
-                     batch_size: int, bptt_horizon: int) -> tuple[int, int]:
+                     batch_size: int, bptt_horizon: int, max_message_bytes: int = 1 << 28) -> tuple[int, int]:
     """The rule written out again: (rows, hwm). Rows: the configured ones, unless more small rows fit the byte
-    budget, at most one batch and half the rows the configured queue holds; hwm: that queue's rows in messages."""
+    budget (never over half the largest message), at most one batch and half the rows the configured queue holds;
+    hwm: that queue's rows in messages."""
     queue_rows = send_queue_messages * rows_per_message
+    fit = min(message_bytes, max_message_bytes // 2) // row_nbytes
     rows = rows_per_message
-    if message_bytes // row_nbytes > rows:
-        rows = max(rows, min(message_bytes // row_nbytes, batch_size // bptt_horizon, queue_rows // 2))
+    if fit > rows:
+        rows = max(rows, min(fit, batch_size // bptt_horizon, queue_rows // 2))
     return rows, max(1, queue_rows // rows)
 
 
@@ -65,7 +67,9 @@ def reference_sizing(*, rows_per_message: int, send_queue_messages: int, message
      (200, 32)),  # the configured rows: a floor
     (("network.send_queue_messages=32", "trainer.batch_size=1024", "trainer.minibatch_size=512"),
      (64, 16)),  # one batch is 64 segments
-], ids=["default", "long_queue", "half_queue", "off", "below_a_row", "by_bytes", "floor_below", "floor", "one_batch"])
+    (("network.send_queue_messages=32", "network.max_message_bytes=65536"), (51, 20)),  # 32768 // 637
+], ids=["default", "long_queue", "half_queue", "off", "below_a_row", "by_bytes", "floor_below", "floor", "one_batch",
+        "largest_message"])
 def test_cartpole_message_sizing(overrides, expected):
     config = load_config("configs/cartpole.yaml", overrides)
     layout = row_layout(env_spec(config.env), horizon=config.trainer.bptt_horizon + 1, state_size=0)
@@ -76,7 +80,8 @@ def test_cartpole_message_sizing(overrides, expected):
     assert expected == reference_sizing(rows_per_message=net.rows_per_message,
                                         send_queue_messages=net.send_queue_messages,
                                         message_bytes=net.message_bytes, row_nbytes=637,
-                                        batch_size=trainer.batch_size, bptt_horizon=trainer.bptt_horizon)
+                                        batch_size=trainer.batch_size, bptt_horizon=trainer.bptt_horizon,
+                                        max_message_bytes=net.max_message_bytes)
 
 
 def test_message_sizing_matches_the_reference_and_keeps_the_rows_in_flight_on_random_configs():
@@ -86,15 +91,16 @@ def test_message_sizing_matches_the_reference_and_keeps_the_rows_in_flight_on_ra
         batch = horizon * int(rng.integers(1, 300))
         rpm, queue = int(rng.integers(1, 200)), int(rng.integers(1, 20))
         budget = int(rng.choice([0, rng.integers(1, 1 << 22)]))
+        largest = int(rng.choice([1 << 28, rng.integers(1024, 1 << 20)]))
         config = load_config("configs/cartpole.yaml", (
             f"trainer.bptt_horizon={horizon}", f"trainer.batch_size={batch}", f"trainer.minibatch_size={batch}",
             f"network.rows_per_message={rpm}", f"network.message_bytes={budget}",
-            f"network.send_queue_messages={queue}"))
+            f"network.send_queue_messages={queue}", f"network.max_message_bytes={largest}"))
         layout = row_layout(env_spec(config.env), horizon=horizon + 1, state_size=0)
         sizing = message_sizing(config, layout)
         assert (sizing.rows, sizing.hwm) == reference_sizing(
             rows_per_message=rpm, send_queue_messages=queue, message_bytes=budget, row_nbytes=layout.row_nbytes(),
-            batch_size=batch, bptt_horizon=horizon)
+            batch_size=batch, bptt_horizon=horizon, max_message_bytes=largest)
         assert sizing.rows >= rpm
         # a full queue never holds more rows than the configured one; bigger messages leave at least two in it
         assert sizing.hwm * sizing.rows <= max(queue * rpm, sizing.rows)
