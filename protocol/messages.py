@@ -144,6 +144,9 @@ def _type_ok(value: Any, expected: type) -> bool:
 
 _SCALARS = frozenset({str, bool, float})
 """Types whose values are msgpack-native whatever they hold (int needs its range checked)."""
+_LIST_SCALARS = _SCALARS | {type(None)}
+"""A list holding only these is msgpack-native as it is (checked with one pass in C, not per item)."""
+_NUMBERS = frozenset({int, float})
 
 
 def check_field_value(path: str, value: Any, depth: int = 0) -> None:
@@ -160,6 +163,9 @@ def check_field_value(path: str, value: Any, depth: int = 0) -> None:
             raise ProtocolError("bad_field", f"field '{path}' integer {value} does not fit in 64 bits")
         return
     if isinstance(value, list):
+        kinds = set(map(type, value))  # the common lists (episode returns, lengths) pass here without a loop
+        if kinds <= _LIST_SCALARS or (kinds <= _NUMBERS and _INT_MIN <= min(value) and max(value) <= _INT_MAX):
+            return
         for i, item in enumerate(value):
             if item is None or type(item) in _SCALARS or (type(item) is int and _INT_MIN <= item <= _INT_MAX):
                 continue  # the common case, without building the path
