@@ -197,10 +197,9 @@ def build_host(registration: Registration, link: LearnerLink, *, options: HostOp
                                                  stop=stop, on_restart=stepper.forget_worker))
     policy = ", null policy (uniform random actions)" if options.null_policy else f", policy on {options.device}"
     print(f"actors: {layout.workers} workers x {layout.envs_per_worker} envs ({layout.groups} groups) of "
-          f"{config.env.name}{policy}, up to {sizing.rows} rows per message, learner {options.learner.url} (as {link.name}"
-          f"{', rows to ' + ', '.join(link.data_routes) if link.data_routes else ''})", flush=True)
-    return ActorHost(link=link, registration=registration, network=config.network, sizing=sizing,
-                     workers=workers,
+          f"{config.env.name}{policy}, up to {sizing.rows} rows per message, learner {options.learner.url} "
+          f"(as {link.name}{', rows to ' + ', '.join(link.data_routes) if link.data_routes else ''})", flush=True)
+    return ActorHost(link=link, registration=registration, network=config.network, sizing=sizing, workers=workers,
                      stepper=stepper, alternation=alternation, poller=poller, stop=stop, metrics=metrics)
 
 

@@ -24,7 +24,6 @@ def row_layout(env: EnvSpec, *, horizon: int, state_size: int, team: bool = Fals
                      mask_size=env.mask_size, state_size=state_size)
 
 
-
 @dataclass(frozen=True, kw_only=True)
 class MessageSizing:
     """How rows travel to the learner, derived the same way by hosts and learner (``message_sizing``)."""
