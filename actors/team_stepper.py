@@ -53,21 +53,22 @@ class TeamStepper(GroupStepper):
             raise RuntimeError(f"trainer.algorithm coma needs every agent of an env to act on every step; "
                                f"{int((~active).sum())} of {len(active)} agent slots were inactive (an env whose "
                                f"agents finish at different times is not one COMA can learn from)")
-        env_ids = ids[::n] // n
+        firsts = ids[::n]  # each env's first slot: where its env-wide values are
+        env_ids = firsts // n
         envs = len(env_ids)
         obs = slots.obs[ids].reshape(envs, n, *self.env_spec.obs_shape)
         terminated = slots.terminated[ids].reshape(envs, n).any(axis=1)
         truncated = slots.truncated[ids].reshape(envs, n).any(axis=1) & ~terminated
         ended = terminated | truncated
         final_obs = slots.final_obs[ids].reshape(envs, n, *self.env_spec.obs_shape)
-        final_state = slots.final_global_state[ids[::n]]
+        final_state = slots.final_global_state[firsts]
         final_obs[~ended] = 0  # only an ended episode's are real; the rest are zeros, not stale values
         final_state[~ended] = 0
         decide_started = time.perf_counter()
         decisions = self.team.decide(obs)
         forward_s = time.perf_counter() - decide_started
         slots.actions[ids] = decisions.actions.reshape(envs * n, *self.env_spec.action.shape)
-        global_state, rewards = slots.global_state[ids[::n]], slots.rewards[ids].reshape(envs, n)
+        global_state, rewards = slots.global_state[firsts], slots.rewards[ids].reshape(envs, n)
         if wake is not None:
             wake(groups)
         self.assembler.add(env_ids, self.team.version, obs=obs, actions=decisions.pre_tanh,
