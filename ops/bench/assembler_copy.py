@@ -43,7 +43,7 @@ from actors.assembler import RowAssembler, _add_steps_kernel
 from configs.loader import load_config
 from configs.plan import make_plan
 from envs.registry import env_spec
-from envs.rows import row_layout as envs_row_layout
+from envs.rows import row_layout
 from envs.rows import message_sizing
 from ops.benchlib import emit
 from protocol.rows import ROW_FIELDS, RowLayout
@@ -61,7 +61,7 @@ def host_layout(config, workers: int | None) -> dict:
     envs_per_group = plan.envs_per_worker // trainer.async_factor
     slots_per_group = envs_per_group * spec.num_agents
     total_agents = n * slots_per_group * trainer.async_factor
-    rows_per_message = message_sizing(config, envs_row_layout(spec, horizon=trainer.bptt_horizon + 1,
+    rows_per_message = message_sizing(config, row_layout(spec, horizon=trainer.bptt_horizon + 1,
                                                               state_size=0)).rows
     return {"spec": spec, "workers": n, "total_agents": total_agents,
             "num_rows": 2 * total_agents + 2 * rows_per_message, "horizon": trainer.bptt_horizon + 1,
@@ -91,13 +91,13 @@ def step_bytes(inputs: dict[str, np.ndarray]) -> int:
     return sum(a.nbytes for a in inputs.values())
 
 
-def row_layout(layout: dict) -> RowLayout:
+def rows_of(layout: dict) -> RowLayout:
     """The rows the host's assembler fills (feed-forward policy: no recurrent state)."""
-    return envs_row_layout(layout["spec"], horizon=layout["horizon"], state_size=0)
+    return row_layout(layout["spec"], horizon=layout["horizon"], state_size=0)
 
 
 def new_assembler(layout: dict) -> RowAssembler:
-    rows = row_layout(layout)
+    rows = rows_of(layout)
     return RowAssembler(num_agents=layout["total_agents"], num_rows=layout["num_rows"], horizon=rows.horizon,
                         obs_shape=rows.obs_shape, obs_dtype=rows.obs_dtype, state_size=rows.state_size,
                         action_shape=rows.action_shape, action_dtype=rows.action_dtype, mask_size=rows.mask_size)
@@ -269,7 +269,7 @@ def bench(config_path: str, overrides: list[str], workers: int | None, seconds: 
     config = load_config(config_path, overrides)
     layout = host_layout(config, workers)
     spec = layout["spec"]
-    inputs = make_inputs(row_layout(layout), layout["agents_per_call"], config.run.seed)
+    inputs = make_inputs(rows_of(layout), layout["agents_per_call"], config.run.seed)
     per_call = step_bytes(inputs[0])
     common = {"config": config_path, "env": config.env.name, "obs_shape": list(spec.obs_shape),
               "obs_dtype": spec.obs_dtype, "total_agents": layout["total_agents"], "num_rows": layout["num_rows"],

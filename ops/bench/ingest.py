@@ -83,7 +83,7 @@ def make_blocks(config, state_size: int, seed: int) -> list[Message]:
     plan = make_plan(trainer, num_agents=config.env.num_agents)
     horizon = trainer.bptt_horizon + 1
     layout = row_layout(spec, horizon=horizon, state_size=state_size)
-    rows_per_message = sizing_of(config, state_size).rows
+    rows_per_message = message_sizing(config, layout).rows
     rng = np.random.default_rng(seed)
     action = spec.action
     messages = []
@@ -251,6 +251,7 @@ def bench_case(config_path: str, overrides: list[str], updates: int, rounds: int
     frames = [encode(m) for m in messages]
     decoded = [decode(f) for f in frames]
     layout = row_layout(spec, horizon=horizon, state_size=state_size)
+    sizing = message_sizing(config, layout)
     reference = memory_buffers(layout, plan.segments, decoded)
     mem_buffers = [reference, memory_buffers(layout, plan.segments, decoded)]
 
@@ -263,8 +264,8 @@ def bench_case(config_path: str, overrides: list[str], updates: int, rounds: int
     common = {"config": config_path, "overrides": overrides, "env": config.env.name,
               "obs_shape": list(spec.obs_shape), "segments": plan.segments, "horizon": trainer.bptt_horizon,
               "batch_size": trainer.batch_size, "gradient_steps": plan.gradient_updates_per_batch,
-              "rows_per_message": sizing_of(config, state_size).rows, "messages_per_batch": len(messages),
-              "message_bytes": message_bytes, "hwm": sizing_of(config, state_size).hwm,
+              "rows_per_message": sizing.rows, "messages_per_batch": len(messages),
+              "message_bytes": message_bytes, "hwm": sizing.hwm,
               "torch_threads": config.run.torch_threads}
 
     stop = threading.Event()
@@ -283,9 +284,9 @@ def bench_case(config_path: str, overrides: list[str], updates: int, rounds: int
                             agent_slots=plan.num_envs * spec.num_agents))
         ingest = Ingest(context=context, endpoint="tcp://127.0.0.1:*", segments=plan.segments, env=spec,
                         horizon=horizon, state_size=state_size, max_policy_lag=trainer.max_policy_lag,
-                        hwm=sizing_of(config, state_size).hwm, buffer_bytes=net.socket_buffer_bytes,
+                        hwm=sizing.hwm, buffer_bytes=net.socket_buffer_bytes,
                         limits=Limits(max_message_bytes=net.max_message_bytes), stop=stop, registry=registry,
-                        rows_per_message=sizing_of(config, state_size).rows, max_abs_value=net.max_abs_value)
+                        rows_per_message=sizing.rows, max_abs_value=net.max_abs_value)
         endpoint = ingest.socket.getsockopt(zmq.LAST_ENDPOINT).decode()
         ingest.start()
         command = [sys.executable, "-m", "ops.bench.ingest", "--sender", endpoint, "--config", config_path,
