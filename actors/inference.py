@@ -1,8 +1,8 @@
 """Batched policy inference on an actor host: sample actions, log-probs, values (and truncation values).
 
 Feed-forward and recurrent policies share one path: every policy's ``step(obs, state)`` takes and returns
-a per-agent state of ``policy.state_size`` floats (zero width for the MLP). ``NullInference`` is the
-benchmark's null policy: the same interface, uniformly random legal actions, no network.
+a per-agent state of ``policy.state_size`` floats (zero width for the MLP). ``actors.null_policy.NullInference`` is
+the benchmark's null policy: the same interface, uniformly random legal actions, no network.
 
 ``Inference(..., device="cuda")`` (``python -m actors --device cuda``) keeps the policy on the GPU: each batch's
 observations, states and masks go over as one copy each, the actions are sampled there (a CUDA generator, seeded
@@ -20,7 +20,6 @@ from torch import nn
 
 from envs.base import EnvSpec
 from configs.schema import ModelSection
-from policies.distributions import ActionDistribution
 from policies.factory import load_state_arrays, make_policy
 
 
@@ -91,62 +90,3 @@ class Inference(HostPolicy):
 def _numpy(tensor: torch.Tensor) -> np.ndarray:
     """A CPU NumPy array of ``tensor`` (no copy when it is on the CPU already)."""
     return tensor.cpu().numpy()
-
-
-class NullInference:
-    """Uniformly random actions (legal ones, under masks; N(0, 1) for box), value 0, no network.
-
-    ``python -m actors --null-policy`` uses it, so ``ops/bench/pipeline.py`` measures the pipeline's own cost.
-    Discrete kinds are drawn with NumPy (a uniform draw per legal choice, the largest wins), box actions by
-    ``ActionDistribution`` from zero params. The log-probs are this policy's true ones, so its rows are valid
-    (off-policy) training data.
-    """
-
-    state_size = 0
-
-    def __init__(self, spec: EnvSpec, *, seed: int) -> None:
-        self.space = spec.action
-        self.distribution = ActionDistribution(spec.action)
-        self.version = 0
-        self.rng = np.random.default_rng(seed)
-        self.generator = torch.Generator()
-        self.generator.manual_seed(seed)
-
-    def load(self, version: int, arrays: dict[str, np.ndarray]) -> None:
-        """Record the version; the weights are not used."""
-        self.version = version
-
-    def decide(self, obs: np.ndarray, states: np.ndarray, masks: np.ndarray | None = None) -> Decisions:
-        """One uniformly random (legal) action per observation."""
-        n = len(obs)
-        if self.space.kind == "box":
-            with torch.no_grad():
-                actions, logprobs = self.distribution.sample(torch.zeros(n, self.space.param_size), None,
-                                                             self.generator)
-            actions, logprobs = actions.numpy(), logprobs.to(torch.float32).numpy()
-        else:
-            actions, logprobs = self._discrete(n, masks if masks is not None and masks.shape[-1] else None)
-        return Decisions(actions=actions.reshape((n, *self.space.shape)), logprobs=logprobs,
-                         values=np.zeros(n, dtype=np.float32), states=np.zeros((n, 0), dtype=np.float32))
-
-    def _discrete(self, n: int, masks: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-        """[n, components] int32 actions and their [n] log-probs; a component with no legal choice is unmasked."""
-        nvec = self.space.nvec
-        if masks is None:
-            actions = (self.rng.random((n, len(nvec))) * np.asarray(nvec)).astype(np.int32)
-            return actions, np.full(n, -float(np.log(nvec).sum()), dtype=np.float32)
-        actions = np.empty((n, len(nvec)), dtype=np.int32)
-        logprobs = np.zeros(n, dtype=np.float64)
-        offset = 0
-        for i, size in enumerate(nvec):
-            legal = masks[:, offset:offset + size] != 0
-            legal[~legal.any(axis=1)] = True
-            draws = np.where(legal, self.rng.random((n, size)) + 1.0, 0.0)
-            actions[:, i] = draws.argmax(axis=1)
-            logprobs -= np.log(legal.sum(axis=1))
-            offset += size
-        return actions, logprobs.astype(np.float32)
-
-    def values(self, obs: np.ndarray, states: np.ndarray) -> np.ndarray:
-        """Zero for every observation."""
-        return np.zeros(len(obs), dtype=np.float32)

@@ -18,7 +18,8 @@ import numpy as np
 
 from actors.assembler import RowAssembler
 from actors.host_metrics import HostMetrics
-from actors.inference import Inference, NullInference
+from actors.inference import Inference
+from actors.null_policy import NullInference
 from actors.opponents import Opponents
 from actors.recurrent_state import AgentStates
 from actors.rows_report import RowsReport

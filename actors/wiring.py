@@ -28,7 +28,8 @@ from actors.assembler import RowAssembler
 from actors.env_failures import EnvFailure
 from actors.host import ActorHost
 from actors.host_metrics import HostMetrics
-from actors.inference import Inference, NullInference
+from actors.inference import Inference
+from actors.null_policy import NullInference
 from actors.learner_link import LearnerLink, Registration
 from actors.opponents import OpponentCache, Opponents
 from actors.pool_client import PoolClient

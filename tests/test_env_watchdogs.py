@@ -19,7 +19,7 @@ import zmq
 
 from actors.assembler import RowAssembler
 from actors.env_failures import NON_FINITE, STEP_TIMEOUT, EnvFailure, NonFiniteOutput, check_finite
-from actors.inference import NullInference
+from actors.null_policy import NullInference
 from actors.recurrent_state import AgentStates
 from actors.rows_report import RowsReport
 from actors.slot_layout import SlotLayout

@@ -9,7 +9,7 @@ import pytest
 from envs.base import EnvSpec, StepBuffers
 from envs.spaces import ActionSpace
 from envs.builtin.synthetic import SyntheticVec
-from actors.inference import NullInference
+from actors.null_policy import NullInference
 
 
 def spec_of(action: ActionSpace, mask: bool = False) -> EnvSpec:
@@ -56,6 +56,19 @@ def test_masked_multi_discrete_draws_only_legal_actions_uniformly() -> None:
         offset += size
     np.testing.assert_allclose(decisions.logprobs, expected_logprob, rtol=1e-5)
     assert set(actions[:50, 1]) == {0, 1, 2, 3}
+
+
+def test_discrete_draws_follow_the_seed_and_each_policy_keeps_its_own_stream() -> None:
+    spec = spec_of(ActionSpace.multi_discrete((4, 3)), mask=True)
+    masks = (np.random.default_rng(4).random((500, 7)) < 0.5).astype(np.uint8)
+    obs, states = np.zeros((500, 3), np.float32), np.zeros((500, 0), np.float32)
+    first, twin, other = (NullInference(spec, seed=seed) for seed in (7, 7, 8))
+    drawn = [first.decide(obs, states, masks).actions for _ in range(2)]
+    interleaved = [twin.decide(obs, states, masks).actions, other.decide(obs, states, masks).actions,
+                   twin.decide(obs, states, masks).actions]
+    np.testing.assert_array_equal(drawn[0], interleaved[0])
+    np.testing.assert_array_equal(drawn[1], interleaved[2])  # another policy's draws in between change nothing
+    assert (drawn[0] != interleaved[1]).any() and (drawn[0] != drawn[1]).any()
 
 
 def test_box_actions_are_standard_normal_with_their_log_prob() -> None:

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from actors.assembler import RowAssembler
-from actors.inference import Inference, NullInference
+from actors.inference import Inference
+from actors.null_policy import NullInference
 from actors.opponents import learner_seats
 from actors.recurrent_state import AgentStates
 from actors.rows_report import RowsReport
