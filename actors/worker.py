@@ -2,13 +2,13 @@
 
 The worker owns ``layout.groups`` groups of envs. Hot path: the host writes actions for group g into
 shared memory and sends the one byte ``g`` on the worker's pipe; the worker steps that group in place and
-answers ``[g, status]`` (plus an encoded ``EnvErrorReport`` for the error statuses). Nothing is pickled per
-step. An env that raises in ``step``, or writes NaN or inf where the host would read it (``check_finite``:
+answers ``[g, status]`` (plus an encoded ``EnvErrorReport`` for the error statuses): ``actors/worker_channel.py``.
+Nothing is pickled per step. An env that raises in ``step``, or writes NaN or inf where the host would read it (``check_finite``:
 ``NonFiniteOutput``), is rebuilt and reset (status ENV_RESTARTED; the reset's outputs replace the bad ones,
 so they never reach a row), never taking the worker down; one that cannot be built or reset, or fails again
 right after each of MAX_RESTARTS_IN_A_ROW restarts, is reported as STATUS_FATAL and the worker exits. Every
 env exception's traceback is printed to the worker's stderr (the host's console) where it is caught (a
-non-finite output has no traceback: the host logs its report). The worker exits on b"q", on EOF (host gone)
+non-finite output has no traceback: the host logs its report). The worker exits on QUIT, on EOF (host gone)
 or on the host's death (PR_SET_PDEATHSIG).
 """
 
@@ -25,17 +25,12 @@ import numpy as np
 from actors.env_failures import EnvErrorReport, NonFiniteOutput, check_finite
 from actors.slot_layout import SlotLayout
 from actors.slot_segment import SlotSegment
+from actors.worker_channel import QUIT, STATUS_ENV_RESTARTED, STATUS_FATAL, STATUS_OK, WorkerEnd
 from configs.env_config import EnvConfig
 from envs.base import EnvSpec, StepBuffers
 from envs.errors import EnvError, EnvRaised
 from envs.registry import env_label, make_vec_env
 
-QUIT = b"q"
-STATUS_OK = 0
-STATUS_ENV_RESTARTED = 1
-"""An env group raised and was rebuilt; the reply's remaining bytes are the error's report."""
-STATUS_FATAL = 2
-"""The worker cannot go on (its env fails to build or reset); the reply's remaining bytes say why."""
 MAX_RESTARTS_IN_A_ROW = 3
 """An env group that raises again this many times right after being restarted is fatal."""
 
@@ -68,6 +63,7 @@ def _die_with_parent() -> None:
 def worker_main(spec: WorkerSpec, conn) -> None:  # conn: multiprocess Connection
     """Process entry point."""
     _die_with_parent()
+    channel = WorkerEnd(conn)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the host's to handle
     segment = SlotSegment.attach(spec.shm_name, spec.env_spec, spec.layout)
     groups = segment.worker_groups(spec.worker_id)
@@ -80,24 +76,23 @@ def worker_main(spec: WorkerSpec, conn) -> None:  # conn: multiprocess Connectio
         except Exception as exc:  # a broken env: tell the host why, instead of dying into a restart loop
             _print_failure(exc)
             report = EnvErrorReport.from_exception(exc)
-            _send_fatal(conn, report.within(f"env worker {spec.worker_id} could not start its env"))
+            _send_fatal(channel, report.within(f"env worker {spec.worker_id} could not start its env"))
             return
         for g in range(spec.layout.groups):
-            conn.send_bytes(bytes([g, STATUS_OK]))
-        _serve(spec, conn, envs, groups, segment.clocks[spec.worker_id])
+            channel.reply(g, STATUS_OK)
+        _serve(spec, channel, envs, groups, segment.clocks[spec.worker_id])
     finally:
         for env in envs:
             _close_quietly(env)
         segment.close()
 
 
-def _serve(spec: WorkerSpec, conn, envs: list, buffers: tuple[StepBuffers, ...], clock: np.ndarray) -> None:
+def _serve(spec: WorkerSpec, channel: WorkerEnd, envs: list, buffers: tuple[StepBuffers, ...], clock: np.ndarray) -> None:
     """The hot loop: step the group the host names, answer with its status, until told to quit.
 
     ``clock`` (the worker's row of the segment's clocks) accumulates seconds blocked waiting for the host (no group to
     step) and seconds stepping.
     """
-    ok_replies = [bytes([g, STATUS_OK]) for g in range(spec.layout.groups)]
     generations = [0] * spec.layout.groups
     failures_in_a_row = [0] * spec.layout.groups
     label = env_label(spec.env)
@@ -105,13 +100,9 @@ def _serve(spec: WorkerSpec, conn, envs: list, buffers: tuple[StepBuffers, ...],
     now = time.perf_counter
     while True:
         waited = now()
-        try:
-            message = conn.recv_bytes()
-        except (EOFError, OSError):
+        g = channel.next_command()
+        if g is None or g == QUIT:
             return
-        if message == QUIT:
-            return
-        g = message[0]
         stepped = now()
         clock[0] += stepped - waited
         try:
@@ -123,7 +114,7 @@ def _serve(spec: WorkerSpec, conn, envs: list, buffers: tuple[StepBuffers, ...],
         else:
             failures_in_a_row[g] = 0
             clock[1] += now() - stepped
-            conn.send_bytes(ok_replies[g])
+            channel.reply(g, STATUS_OK)
             continue
         failures_in_a_row[g] += 1
         while True:
@@ -138,10 +129,10 @@ def _serve(spec: WorkerSpec, conn, envs: list, buffers: tuple[StepBuffers, ...],
                 if failures_in_a_row[g] >= MAX_RESTARTS_IN_A_ROW:
                     break
         if failures_in_a_row[g] >= MAX_RESTARTS_IN_A_ROW:
-            _send_fatal(conn, report.within(f"env worker {spec.worker_id}: env group {g} failed "
+            _send_fatal(channel, report.within(f"env worker {spec.worker_id}: env group {g} failed "
                                             f"{failures_in_a_row[g]} times in a row; last error"), group=g)
             return
-        conn.send_bytes(bytes([g, STATUS_ENV_RESTARTED]) + report.to_bytes())
+        channel.reply(g, STATUS_ENV_RESTARTED, report.to_bytes())
 
 
 def _call(env, call: str, buffers: StepBuffers, *args, label: str) -> None:
@@ -169,9 +160,9 @@ def _print_failure(exc: Exception) -> None:
         traceback.print_exc()
 
 
-def _send_fatal(conn, report: EnvErrorReport, group: int = 0) -> None:
+def _send_fatal(channel: WorkerEnd, report: EnvErrorReport, group: int = 0) -> None:
     try:
-        conn.send_bytes(bytes([group, STATUS_FATAL]) + report.to_bytes())
+        channel.reply(group, STATUS_FATAL, report.to_bytes())
     except (OSError, ValueError):
         pass  # the host is gone; nothing to tell
 

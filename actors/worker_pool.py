@@ -1,7 +1,8 @@
 """The actor host's env worker processes: spawn, pipes, ready groups, restarts, clocks, stop.
 
 The pool creates the host's shared memory (``SlotSegment``: every agent slot of the host, each worker stepping its own
-groups' slot ranges) and gives each worker a duplex pipe. The pool registers every pipe in
+groups' slot ranges) and gives each worker a duplex pipe, spoken in bytes (``actors/worker_channel.py``). The pool
+registers every pipe in
 the host's poller; ``collect`` reads the replies of the pipes the poller marked and queues the groups that
 are ready for actions in ``ready``. A worker whose pipe breaks is buried at once (its pipe leaves the poller, its
 ready groups are dropped, and so are its agents' partial rows and states, through ``on_restart``) and respawned
@@ -25,7 +26,6 @@ from __future__ import annotations
 
 import logging
 import os
-import select
 import signal
 import time
 from collections import deque
@@ -34,7 +34,6 @@ from dataclasses import dataclass
 
 import multiprocess as mp
 import numpy as np
-from multiprocess.connection import Connection
 import zmq
 
 from actors.env_failures import NON_FINITE, STEP_TIMEOUT, EnvErrorReport, EnvFailure
@@ -42,7 +41,8 @@ from actors.rows_report import RowsReport
 from actors.shm import segment_name
 from actors.slot_layout import GroupView, SlotLayout
 from actors.stop_flag import StopFlag
-from actors.worker import QUIT, STATUS_ENV_RESTARTED, STATUS_FATAL, WorkerSpec, worker_main
+from actors.worker import WorkerSpec, worker_main
+from actors.worker_channel import MAX_GROUPS, QUIT, STATUS_ENV_RESTARTED, STATUS_FATAL, HostEnd
 from actors.slot_segment import SlotSegment
 from configs.env_config import EnvConfig
 from envs.base import EnvSpec
@@ -72,13 +72,10 @@ class WorkerProcess:
     """Its groups, as the stepper acts on them."""
     process: mp.Process
     """The running process (after a death: the dead one, until its respawn)."""
-    conn: Connection | None
+    channel: HostEnd | None
     """The host's end of its pipe (None: dead, waiting for its respawn)."""
     fd: int
     """The pipe's file descriptor, as registered in the poller."""
-    readable: select.poll
-    """A poll object on ``fd`` made once: whether another reply waits, one system call (``Connection.poll`` builds a
-    selector per call, ~10 us)."""
     restarts: int = 0
     """Times it died and was respawned."""
     deaths_in_a_row: int = 0
@@ -137,9 +134,10 @@ class WorkerPool:
         self.next_watch = time.monotonic() + self.watch_period_s
         self.woken_at = np.full((layout.workers, layout.groups), np.inf)
         """Monotonic time each group was handed actions and has not answered since (inf: not waited for)."""
+        if layout.groups > MAX_GROUPS:
+            raise ValueError(f"at most {MAX_GROUPS} env groups per worker (trainer.async_factor), got {layout.groups}")
         self.workers: list[WorkerProcess] = []
         self.by_fd: dict[int, int] = {}
-        self.wake_bytes = tuple(bytes([g]) for g in range(layout.groups))
         self.segment: SlotSegment | None = SlotSegment.create(segment_name(os.getpid(), "slots"), env_spec, layout)
         """The host's shared memory (kept across worker restarts; released by ``stop``)."""
         self.slots = self.segment.slots
@@ -177,12 +175,12 @@ class WorkerPool:
         """Tell the groups' workers their actions are in shared memory (the watchdog's clock starts)."""
         now = time.monotonic()
         for view in groups:
-            conn = self.workers[view.worker].conn
-            if conn is None:  # buried since its step was collected; its groups are no longer ready
+            channel = self.workers[view.worker].channel
+            if channel is None:  # buried since its step was collected; its groups are no longer ready
                 continue
             try:
-                conn.send_bytes(self.wake_bytes[view.group])
-            except (OSError, ValueError):
+                channel.send(view.group)
+            except OSError:
                 continue  # it died after its step was collected (BrokenPipeError): its pipe's EOF is seen next poll
             self.woken_at[view.worker, view.group] = now
 
@@ -198,11 +196,11 @@ class WorkerPool:
         workers, self.workers, self.by_fd = self.workers, [], {}
         self.ready.clear()
         for worker in workers:
-            if worker.conn is None:
+            if worker.channel is None:
                 continue
             try:
-                worker.conn.send_bytes(QUIT)
-            except (OSError, ValueError):
+                worker.channel.send(QUIT)
+            except OSError:
                 pass  # already dead
         deadline = time.monotonic() + JOIN_TIMEOUT_S
         for worker in workers:
@@ -214,9 +212,9 @@ class WorkerPool:
                 worker.process.kill()
                 worker.process.join(timeout=1)
         for worker in workers:
-            if worker.conn is not None:
+            if worker.channel is not None:
                 self.poller.unregister(worker.fd)
-                worker.conn.close()
+                worker.channel.close()
             worker.groups = ()
         self.views, self.slots = (), None
         if self.segment is not None:
@@ -230,40 +228,35 @@ class WorkerPool:
         process.start()
         child.close()
         groups = self.views[spec.worker_id * self.layout.groups:(spec.worker_id + 1) * self.layout.groups]
-        readable = select.poll()
-        readable.register(parent.fileno(), select.POLLIN)
-        worker = WorkerProcess(spec=spec, groups=groups, process=process, conn=parent,
-                               fd=parent.fileno(), readable=readable)
+        worker = WorkerProcess(spec=spec, groups=groups, process=process, channel=HostEnd(parent), fd=parent.fileno())
         self.by_fd[worker.fd] = spec.worker_id
         self.poller.register(worker.fd, zmq.POLLIN)
         return worker
 
     def _read_replies(self, w: int, report: RowsReport) -> None:
-        """Every reply waiting on worker ``w``'s pipe (the poller said it is readable: a reply, or its EOF)."""
+        """Every reply waiting on worker ``w``'s pipe (the poller said it is readable: replies, or its EOF)."""
         worker = self.workers[w]
         try:
-            while True:
-                reply = worker.conn.recv_bytes()
-                worker.replies += 1
-                group, status = reply[0], reply[1]
-                self.woken_at[w, group] = np.inf
-                if status == STATUS_FATAL:
-                    raise EnvFailure(EnvErrorReport.from_bytes(reply[2:]))
-                if worker.replies > self.layout.groups:  # it answered a step: it lives
-                    worker.deaths_in_a_row = 0
-                if status == STATUS_ENV_RESTARTED:
-                    self.last_env_error = EnvErrorReport.from_bytes(reply[2:])
-                    report.env_restarts += 1
-                    self.env_restarts += 1
-                    failed = ("wrote a non-finite value" if self.last_env_error.error_type == NON_FINITE
-                              else "raised")
-                    LOG.warning("worker %d: env group %d %s and was restarted (%d env restarts on this host): %s",
-                                w, group, failed, self.env_restarts, self.last_env_error.text())
-                self.ready.append(worker.groups[group])
-                if not worker.readable.poll(0):
-                    return
+            replies = worker.channel.read_replies()
         except (EOFError, OSError):
             self._bury(w)
+            return
+        for reply in replies:
+            worker.replies += 1
+            group, status = reply.group, reply.status
+            self.woken_at[w, group] = np.inf
+            if status == STATUS_FATAL:
+                raise EnvFailure(EnvErrorReport.from_bytes(reply.report))
+            if worker.replies > self.layout.groups:  # it answered a step: it lives
+                worker.deaths_in_a_row = 0
+            if status == STATUS_ENV_RESTARTED:
+                self.last_env_error = EnvErrorReport.from_bytes(reply.report)
+                report.env_restarts += 1
+                self.env_restarts += 1
+                failed = "wrote a non-finite value" if self.last_env_error.error_type == NON_FINITE else "raised"
+                LOG.warning("worker %d: env group %d %s and was restarted (%d env restarts on this host): %s",
+                            w, group, failed, self.env_restarts, self.last_env_error.text())
+            self.ready.append(worker.groups[group])
 
     def _bury(self, w: int) -> None:
         """Worker ``w``'s pipe broke: forget its pipe, ready groups and agents now, respawn it after a backoff
@@ -273,8 +266,8 @@ class WorkerPool:
         worker = self.workers[w]
         self.poller.unregister(worker.fd)
         del self.by_fd[worker.fd]
-        worker.conn.close()
-        worker.conn = None
+        worker.channel.close()
+        worker.channel = None
         self.woken_at[w] = np.inf
         self.on_restart(w)
         kept = [view for view in self.ready if view.worker != w]
@@ -320,7 +313,7 @@ class WorkerPool:
         waited = now - self.woken_at.min(axis=1)
         for w in np.flatnonzero(waited > self.step_timeout_s).tolist():
             worker = self.workers[w]
-            if worker.conn is None or worker.conn.poll():  # buried already, or its answer just came in
+            if worker.channel is None or worker.channel.answer_waiting():  # buried already, or its answer just came in
                 continue
             group = int(np.argmin(self.woken_at[w]))
             state = process_state(worker.process.pid)

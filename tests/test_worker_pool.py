@@ -137,7 +137,7 @@ def test_a_respawn_waits_its_backoff_while_the_other_workers_keep_stepping(monke
         os.kill(pool.pool.workers[1].process.pid, signal.SIGKILL)
         pool.pump(lambda: pool.restarted == [1], wake=True)
         buried = pool.pool.workers[1]
-        assert buried.conn is None and buried.respawn_at is not None and buried.restarts == 0
+        assert buried.channel is None and buried.respawn_at is not None and buried.restarts == 0
         stepped_before = pool.pool.clocks_seen.copy()
         replies = pool.pool.workers[0].replies
         pool.pump(lambda: pool.pool.workers[0].replies >= replies + 50, wake=True)  # worker 0 is served meanwhile
@@ -162,7 +162,7 @@ def test_a_worker_that_dies_between_collect_and_wake_is_restarted_and_the_host_s
         dying.join(timeout=10)
         assert dying.exitcode == -signal.SIGKILL
         with pytest.raises(BrokenPipeError):  # what the host's wake used to die of
-            pool.pool.workers[1].conn.send_bytes(b"\x00")
+            pool.pool.workers[1].channel.send(0)
         pool.pool.wake(batch)  # no exception: worker 0 steps, worker 1's EOF buries it at the next poll
         pool.pump(lambda: pool.restarted == [1] and pool.pool.workers[1].restarts == 1
                   and sum(v.worker == 1 for v in pool.pool.ready) == 2)
