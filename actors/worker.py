@@ -3,10 +3,10 @@
 The worker owns ``layout.groups`` groups of envs. Hot path: the host writes actions for group g into
 shared memory and sends the one byte ``g`` on the worker's pipe; the worker steps that group in place and
 answers ``[g, status]`` (plus an encoded ``EnvErrorReport`` for the error statuses): ``actors/worker_channel.py``.
-Nothing is pickled per step. An env that raises in ``step``, or writes NaN or inf where the host would read it (``check_finite``:
-``NonFiniteOutput``), is rebuilt and reset (status ENV_RESTARTED; the reset's outputs replace the bad ones,
-so they never reach a row), never taking the worker down; one that cannot be built or reset, or fails again
-right after each of MAX_RESTARTS_IN_A_ROW restarts, is reported as STATUS_FATAL and the worker exits. Every
+Nothing is pickled per step. An env that raises in ``step``, or writes NaN or inf where the host would read it
+(``check_finite``: ``NonFiniteOutput``), is rebuilt and reset (status ENV_RESTARTED; the reset's outputs replace
+the bad ones, so they never reach a row), never taking the worker down; one that cannot be built or reset, or
+fails again right after each of MAX_RESTARTS_IN_A_ROW restarts, is reported as STATUS_FATAL and the worker exits. Every
 env exception's traceback is printed to the worker's stderr (the host's console) where it is caught (a
 non-finite output has no traceback: the host logs its report). The worker exits on QUIT, on EOF (host gone)
 or on the host's death (PR_SET_PDEATHSIG).
@@ -87,7 +87,8 @@ def worker_main(spec: WorkerSpec, conn) -> None:  # conn: multiprocess Connectio
         segment.close()
 
 
-def _serve(spec: WorkerSpec, channel: WorkerEnd, envs: list, buffers: tuple[StepBuffers, ...], clock: np.ndarray) -> None:
+def _serve(spec: WorkerSpec, channel: WorkerEnd, envs: list, buffers: tuple[StepBuffers, ...],
+           clock: np.ndarray) -> None:
     """The hot loop: step the group the host names, answer with its status, until told to quit.
 
     ``clock`` (the worker's row of the segment's clocks) accumulates seconds blocked waiting for the host (no group to
