@@ -45,6 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="print the installed sluice version and exit")
     parser.add_argument("--n", type=int, default=None,
                         help="env worker processes on this host (default: the run's trainer.num_workers)")
+    parser.add_argument("--hosts", type=int, default=1,
+                        help="host processes to split the --n workers among (default 1): each is a host of its "
+                             "own, with its own loop on its own core and the run's full env plan, as K machines "
+                             "would be (actors/host_processes.py)")
     parser.add_argument("--learner", default=DEFAULT_LEARNER,
                         help=f"learner control address (default {DEFAULT_LEARNER})")
     parser.add_argument("--pool", default=None,
@@ -76,6 +80,13 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.n is not None and args.n < 1:
         return _fail(f"--n must be at least 1, got {args.n}")
+    if args.hosts < 1:
+        return _fail(f"--hosts must be at least 1, got {args.hosts}")
+    if args.hosts > 1 and args.n is None:
+        return _fail(f"--hosts {args.hosts} needs --n: the env workers to split among the host processes")
+    if args.hosts > 1 and args.n < args.hosts:
+        return _fail(f"--hosts {args.hosts} needs at least {args.hosts} env workers (one per host process), "
+                     f"got --n {args.n}")
     if (problem := metrics_port_error(args.metrics_port)) is not None:
         return _fail(problem)
     try:
@@ -99,6 +110,11 @@ def main(argv: list[str] | None = None) -> int:
                                          key_options=KEY_OPTIONS, strict_keys=args.strict_keys)
     except ValueError as err:  # CurveKeyError and InsecureEndpointError
         return _fail(str(err))
+    if args.hosts > 1:
+        from actors.host_processes import host_command, run_hosts, split_workers
+
+        return run_hosts([host_command(args, workers, index)
+                          for index, workers in enumerate(split_workers(args.n, args.hosts))])
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     keep_freed_memory()  # each ROWS message is gathered into multi-MB arrays: reuse their pages
     from actors.stop_flag import StopFlag

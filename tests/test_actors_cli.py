@@ -20,6 +20,9 @@ from tests.processes import REPO
     (["--learner", "localhost:5555"], "--learner 'localhost:5555' is not a ZeroMQ endpoint"),
     (["--learner", "tcp://*:5555"], "needs the learner's host name or address"),
     (["--learner", "tcp://127.0.0.1:99999"], "--learner"),
+    (["--hosts", "0"], "--hosts must be at least 1, got 0"),
+    (["--hosts", "2"], "--hosts 2 needs --n: the env workers to split among the host processes"),
+    (["--hosts", "3", "--n", "2"], "--hosts 3 needs at least 3 env workers (one per host process), got --n 2"),
 ])
 def test_cli_errors_name_the_problem(argv, message, capsys):
     assert main(argv) == 2

@@ -240,9 +240,12 @@ def _children(pid: int) -> list[int]:
     return kids
 
 
-def _cpu_split(host_pid: int) -> dict[str, float]:
-    return {"host": _cpu_seconds(host_pid), "workers": sum(_cpu_seconds(p) for p in _children(host_pid)),
-            "sink": time.process_time()}
+def _cpu_split(host_pid: int, host_processes: int = 1) -> dict[str, float]:
+    """CPU seconds so far of the host process(es), their env workers and this process (the sink). With several host
+    processes ``host_pid`` is their supervisor (``python -m actors --hosts``), counted with the hosts."""
+    hosts = [host_pid] if host_processes == 1 else _children(host_pid)
+    return {"host": sum(_cpu_seconds(p) for p in hosts) + (_cpu_seconds(host_pid) if host_processes > 1 else 0.0),
+            "workers": sum(_cpu_seconds(w) for p in hosts for w in _children(p)), "sink": time.process_time()}
 
 
 def _accepted_transports(monitor: zmq.Socket) -> set[str]:
@@ -266,7 +269,7 @@ def _sizing(config: RunConfig, policy: str) -> MessageSizing:
 
 def measure_pipeline(config: RunConfig, workers: int, seconds: float, warmup_s: float = 3.0,
                      profile: str | None = None, policy: str = "null", actor_device: str = "cpu",
-                     transport: str = "ipc") -> dict:
+                     transport: str = "ipc", host_processes: int = 1) -> dict:
     """Agent steps/s of a real actor host (``policy`` null: uniform random actions; model: the config's policy, its
     initial weights, on ``actor_device``; rows over ``transport``), and what it reports about inference and its
     workers."""
@@ -300,7 +303,8 @@ def measure_pipeline(config: RunConfig, workers: int, seconds: float, warmup_s: 
     drain.start()
     python = [sys.executable] + (["-m", "cProfile", "-o", profile] if profile else [])
     policy_args = ["--null-policy"] if policy == "null" else ["--device", actor_device]
-    host = subprocess.Popen(python + ["-m", "actors", "--n", str(workers), *policy_args, "--learner",
+    host_args = ["--hosts", str(host_processes)] if host_processes > 1 else []
+    host = subprocess.Popen(python + ["-m", "actors", "--n", str(workers), *host_args, *policy_args, "--learner",
                              f"tcp://127.0.0.1:{control_port}"], cwd=REPO, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
     try:
@@ -310,9 +314,9 @@ def measure_pipeline(config: RunConfig, workers: int, seconds: float, warmup_s: 
                 raise RuntimeError(f"actor host sent no rows (exit {host.poll()}): {host.stderr.read()[-2000:]}")
             time.sleep(0.1)
         time.sleep(warmup_s)
-        first, cpu_first, began = counters.snapshot(), _cpu_split(host.pid), time.monotonic()
+        first, cpu_first, began = counters.snapshot(), _cpu_split(host.pid, host_processes), time.monotonic()
         time.sleep(seconds)
-        last, cpu_last, elapsed = counters.snapshot(), _cpu_split(host.pid), time.monotonic() - began
+        last, cpu_last, elapsed = counters.snapshot(), _cpu_split(host.pid, host_processes), time.monotonic() - began
     finally:
         control.begin_shutdown("benchmark done")
         try:
@@ -386,7 +390,8 @@ def measure_round(record: dict, config: RunConfig, args: argparse.Namespace, rou
         record.update(measure_raw(config, args.workers, args.seconds))
     record["load_before_pipeline"] = round(os.getloadavg()[0], 2)
     record.update(measure_pipeline(config, args.workers, args.seconds, profile=args.profile_host,
-                                   policy=args.policy, actor_device=args.actor_device, transport=args.transport))
+                                   policy=args.policy, actor_device=args.actor_device, transport=args.transport,
+                                   host_processes=args.hosts))
     if not args.pipeline_only:
         record["pipeline_over_raw"] = round(record["pipeline_agent_steps_per_s"] / record["raw_agent_steps_per_s"], 3)
         record["target"] = TARGETS.get(record["env"])
@@ -419,9 +424,14 @@ def main() -> None:
                              "default) or tcp (over loopback)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="a config override after the bench's own sizing (e.g. network.send_queue_messages=32)")
+    parser.add_argument("--hosts", type=int, default=1,
+                        help="host processes the workers are split among (python -m actors --hosts); the host "
+                             "figures then sum them, and one host's max agent steps/s is per host process")
     parser.add_argument("--profile-host", metavar="PATH", default=None,
                         help="run the actor host under cProfile, writing PATH (read it with python -m pstats)")
     args = parser.parse_args()
+    if args.hosts > 1 and args.profile_host:
+        parser.error("--profile-host profiles one host process: leave --hosts out")
     keep_freed_memory()  # the sink decodes what the learner's ingest would, tuned as the learner is
     for env in args.envs:
         for async_factor in args.async_factor:
@@ -432,7 +442,8 @@ def main() -> None:
                       "envs_per_worker": plan.envs_per_worker, "async_factor": async_factor,
                       "forward_pass_minibatch_target_size": config.trainer.forward_pass_minibatch_target_size,
                       "bptt_horizon": config.trainer.bptt_horizon, "seconds": args.seconds,
-                      "policy": args.policy, "actor_device": args.actor_device, "transport": args.transport,
+                      "host_processes": args.hosts, "policy": args.policy, "actor_device": args.actor_device,
+                      "transport": args.transport,
                       "overrides": args.overrides, "rows_per_message": _sizing(config, args.policy).rows,
                       "data_hwm": _sizing(config, args.policy).hwm}
             for round_number in range(1, args.rounds + 1):
