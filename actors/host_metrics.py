@@ -2,8 +2,10 @@
 
 The host's loop feeds them at two points: ``rows_shipped`` with every ROWS message (the counts and seconds its
 ``RowsReport`` carries, and the message's size) and ``step_timed`` after every inference step (its seconds, the
-forward pass's and the batch size reached). What the host holds now (policy version, workers, rows waiting,
-groups waiting for actions, worker restarts) is read from the ``HostView`` when Prometheus scrapes.
+forward pass's and the batch size reached). The inference steps' three figures wait in a small array and reach
+their histograms with the next message (``BulkHistogram``: one count per array, not a Python call per value). What
+the host holds now (policy version, workers, rows waiting, groups waiting for actions, worker restarts) is read from
+the ``HostView`` when Prometheus scrapes.
 """
 
 from __future__ import annotations
@@ -12,14 +14,18 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from actors.rows_report import RowsReport
 from telemetry.buckets import MESSAGE_BYTES, SHORT_SECONDS
+from telemetry.bulk_histogram import BulkHistogram
 
 BATCH_AGENTS_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
+PENDING_STEPS = 1024
+"""Inference steps whose figures wait for the next message at most (then they are counted at once)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -95,13 +101,16 @@ class HostMetrics:
         self.last_ack = Gauge("sluice_actor_last_heartbeat_ack_timestamp_seconds", "Unix time the learner last "
                                                                                    "answered this host.",
                               registry=registry)
-        self.inference_step = Histogram("sluice_actor_inference_step_seconds", "Seconds of one inference step "
-                                        "(gather, policy, record in the assembler).", buckets=SHORT_SECONDS,
-                                        registry=registry)
-        self.forward_pass = Histogram("sluice_actor_forward_pass_seconds", "Seconds of one policy forward pass "
-                                      "(sampling included).", buckets=SHORT_SECONDS, registry=registry)
-        self.batch_agents = Histogram("sluice_actor_inference_batch_agents", "Agents decided for in one forward "
-                                      "pass.", buckets=BATCH_AGENTS_BUCKETS, registry=registry)
+        self.inference_step = BulkHistogram("sluice_actor_inference_step_seconds", "Seconds of one inference step "
+                                            "(gather, policy, record in the assembler).", buckets=SHORT_SECONDS,
+                                            registry=registry)
+        self.forward_pass = BulkHistogram("sluice_actor_forward_pass_seconds", "Seconds of one policy forward pass "
+                                          "(sampling included).", buckets=SHORT_SECONDS, registry=registry)
+        self.batch_agents = BulkHistogram("sluice_actor_inference_batch_agents", "Agents decided for in one "
+                                          "forward pass.", buckets=BATCH_AGENTS_BUCKETS, registry=registry)
+        self.pending = np.zeros((PENDING_STEPS, 3))
+        """Each inference step's (seconds, forward-pass seconds, agents) since the last message."""
+        self.pending_steps = 0
         self.message_bytes = Histogram("sluice_actor_message_bytes", "Size of each ROWS message shipped.",
                                        buckets=MESSAGE_BYTES, registry=registry)
         self.view = _HostViewCollector(registry)
@@ -124,10 +133,19 @@ class HostMetrics:
         self.last_ack.set(time.time())
 
     def step_timed(self, *, step_s: float, forward_s: float, agents: int) -> None:
-        """One inference step took ``step_s`` seconds, its forward pass ``forward_s``, for ``agents`` agents."""
-        self.inference_step.observe(step_s)
-        self.forward_pass.observe(forward_s)
-        self.batch_agents.observe(agents)
+        """One inference step took ``step_s`` seconds, its forward pass ``forward_s``, for ``agents`` agents (counted
+        with the next message, or once ``PENDING_STEPS`` wait)."""
+        self.pending[self.pending_steps] = step_s, forward_s, agents
+        self.pending_steps += 1
+        if self.pending_steps == PENDING_STEPS:
+            self.count_steps()
+
+    def count_steps(self) -> None:
+        """Count the waiting inference steps' figures in their histograms."""
+        steps = self.pending[:self.pending_steps]
+        for column, histogram in enumerate((self.inference_step, self.forward_pass, self.batch_agents)):
+            histogram.observe_many(steps[:, column])
+        self.pending_steps = 0
 
     def rows_shipped(self, report: RowsReport, *, rows: int, nbytes: int) -> None:
         """A ROWS message of ``rows`` rows and ``nbytes`` bytes went out with ``report``."""
@@ -140,3 +158,4 @@ class HostMetrics:
         self.rows_sent.inc(rows)
         self.sent_bytes.inc(nbytes)
         self.message_bytes.observe(nbytes)
+        self.count_steps()

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from actors.host_metrics import HostMetrics, HostView
+from actors.host_metrics import PENDING_STEPS, HostMetrics, HostView
 from actors.rows_report import RowsReport
 from learner.serve.control import ControlCounts, scrape_target
 from learner.serve.ingest_counters import IngestTotals
@@ -160,8 +160,9 @@ def test_host_metrics_follow_shipped_reports_and_keep_restarts_across_a_rebuild(
     metrics.attach(lambda: HostView(policy_version=3, workers=2, worker_restarts=1, rows_waiting=4, ready_groups=0))
     report = RowsReport(env_steps=100, agent_steps=200, env_restarts=1, returns=[1.0, 2.0], worker_wait_s=0.5,
                         worker_step_s=1.5)
-    metrics.rows_shipped(report, rows=8, nbytes=4096)
     metrics.step_timed(step_s=0.002, forward_s=0.001, agents=64)
+    assert samples(registry)[("sluice_actor_inference_batch_agents_count", ())] == 0  # counted with the next message
+    metrics.rows_shipped(report, rows=8, nbytes=4096)
     metrics.attach(lambda: HostView(policy_version=9, workers=2, worker_restarts=0, rows_waiting=0, ready_groups=1))
     got = samples(registry)
     assert got[("sluice_actor_env_steps_total", ())] == 100 and got[("sluice_actor_agent_steps_total", ())] == 200
@@ -171,6 +172,23 @@ def test_host_metrics_follow_shipped_reports_and_keep_restarts_across_a_rebuild(
     assert got[("sluice_actor_policy_version", ())] == 9
     assert got[("sluice_actor_inference_batch_agents_bucket", (("le", "64.0"),))] == 1
     assert got[("sluice_actor_message_bytes_count", ())] == 1
+
+
+def test_host_metrics_count_inference_steps_by_the_message_or_once_their_array_is_full():
+    registry = new_registry("actor_host")
+    metrics = HostMetrics(registry)
+    steps = np.random.default_rng(0).random(PENDING_STEPS + 5)
+    for k, step_s in enumerate(steps):
+        metrics.step_timed(step_s=float(step_s), forward_s=float(step_s) / 2, agents=k % 100)
+    got = samples(registry)
+    assert got[("sluice_actor_inference_step_seconds_count", ())] == PENDING_STEPS  # the full array, counted
+    np.testing.assert_allclose(got[("sluice_actor_inference_step_seconds_sum", ())], steps[:PENDING_STEPS].sum())
+    metrics.rows_shipped(RowsReport(), rows=1, nbytes=10)
+    got = samples(registry)
+    assert got[("sluice_actor_forward_pass_seconds_count", ())] == PENDING_STEPS + 5
+    np.testing.assert_allclose(got[("sluice_actor_forward_pass_seconds_sum", ())], steps.sum() / 2)
+    agents = np.arange(PENDING_STEPS + 5) % 100
+    assert got[("sluice_actor_inference_batch_agents_bucket", (("le", "16.0"),))] == (agents <= 16).sum()
 
 
 def test_pool_metrics_count_answers_and_refusals_by_type():
