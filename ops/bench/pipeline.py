@@ -83,9 +83,10 @@ ACTIONS_CYCLE = 64
 
 
 def bench_config(env: str, workers: int, envs_per_worker: int | None, async_factor: int,
-                 extra: tuple[str, ...] = ()) -> RunConfig:
+                 extra: tuple[str, ...] = (), host_processes: int = 1) -> RunConfig:
     """The env's run config sized to ``workers`` x ``envs_per_worker`` envs (default: what the run config plans
-    for ``workers``) in ``async_factor`` groups, then the ``extra`` overrides (--set)."""
+    for ``workers``) in ``async_factor`` groups, then the ``extra`` overrides (--set). With several host processes
+    each plans its share of the workers, so the forward-pass target is one host's: the same envs and groups in all."""
     path, overrides = ENVS[env]
     config = load_config(REPO / path, overrides)
     sizing = [f"trainer.num_workers={workers}", f"trainer.async_factor={async_factor}"]
@@ -94,7 +95,9 @@ def bench_config(env: str, workers: int, envs_per_worker: int | None, async_fact
         envs_per_worker = shipped.envs_per_worker
     if envs_per_worker % async_factor:
         raise SystemExit(f"--envs-per-worker {envs_per_worker} must be divisible by async_factor {async_factor}")
-    target = envs_per_worker * workers // async_factor * config.env.num_agents
+    if workers % host_processes:
+        raise SystemExit(f"--workers {workers} must be divisible by --hosts {host_processes}")
+    target = envs_per_worker * (workers // host_processes) // async_factor * config.env.num_agents
     total_agents = envs_per_worker * workers * config.env.num_agents
     batch = max(config.trainer.batch_size, total_agents * config.trainer.bptt_horizon)
     sizing += [f"trainer.forward_pass_minibatch_target_size={target}",  # the batch only has to hold the rows
@@ -143,9 +146,9 @@ def _raw_worker(config: RunConfig, groups: int, envs_per_group: int, seed: int, 
     results.put((agent_steps, elapsed, cpu))
 
 
-def measure_raw(config: RunConfig, workers: int, seconds: float) -> dict:
-    """Aggregate agent steps/s of ``workers`` processes stepping the env groups an actor host would run."""
-    plan = make_plan(config.trainer, num_agents=config.env.num_agents, num_workers=workers)
+def measure_raw(config: RunConfig, workers: int, seconds: float, host_processes: int = 1) -> dict:
+    """Aggregate agent steps/s of ``workers`` processes stepping the env groups the actor host(s) would run."""
+    plan = make_plan(config.trainer, num_agents=config.env.num_agents, num_workers=workers // host_processes)
     groups = config.trainer.async_factor
     context = mp.get_context("spawn")
     ready, results, start = context.Queue(), context.Queue(), context.Event()
@@ -387,7 +390,7 @@ def measure_round(record: dict, config: RunConfig, args: argparse.Namespace, rou
     record = {**record, "round": round_number}
     if not args.pipeline_only:
         record["load_before_raw"] = round(os.getloadavg()[0], 2)
-        record.update(measure_raw(config, args.workers, args.seconds))
+        record.update(measure_raw(config, args.workers, args.seconds, args.hosts))
     record["load_before_pipeline"] = round(os.getloadavg()[0], 2)
     record.update(measure_pipeline(config, args.workers, args.seconds, profile=args.profile_host,
                                    policy=args.policy, actor_device=args.actor_device, transport=args.transport,
@@ -435,8 +438,9 @@ def main() -> None:
     keep_freed_memory()  # the sink decodes what the learner's ingest would, tuned as the learner is
     for env in args.envs:
         for async_factor in args.async_factor:
-            config = bench_config(env, args.workers, args.envs_per_worker, async_factor, tuple(args.overrides))
-            plan = make_plan(config.trainer, num_agents=config.env.num_agents, num_workers=args.workers)
+            config = bench_config(env, args.workers, args.envs_per_worker, async_factor, tuple(args.overrides),
+                                  args.hosts)
+            plan = make_plan(config.trainer, num_agents=config.env.num_agents, num_workers=args.workers // args.hosts)
             record = {"bench": "pipeline", "env": env, "num_agents": config.env.num_agents,
                       "obs_shape": list(env_spec(config.env).obs_shape), "workers": args.workers,
                       "envs_per_worker": plan.envs_per_worker, "async_factor": async_factor,
