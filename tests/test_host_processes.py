@@ -44,9 +44,15 @@ def test_each_host_gets_the_supervisors_options_its_workers_and_its_own_metrics_
 
 def hosts_of(supervisor) -> list[int]:
     """The host processes of a supervisor (its children that run ``python -m actors``)."""
-    return [pid for pid in descendants(supervisor.pid)
-            if "actors" in open(f"/proc/{pid}/cmdline").read() and os.getppid() != pid
-            and int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1]) == supervisor.pid]
+    return [pid for pid in descendants(supervisor.pid) if parent_of(pid) == supervisor.pid]
+
+
+def parent_of(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            return int(stat.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError):
+        return None
 
 
 def assert_hosts_clean(hosts: list[int], everything: set[int]) -> None:
