@@ -46,7 +46,7 @@ from configs.plan import make_plan
 from configs.schema import RunConfig
 from envs.base import EnvSpec
 from envs.registry import env_spec
-from envs.rows import message_sizing, row_layout
+from envs.rows import message_sizing, run_row_layout
 from protocol import Limits
 from protocol.curve import ClientCurve
 from protocol.endpoints import Endpoint
@@ -155,7 +155,6 @@ def build_host(registration: Registration, link: LearnerLink, *, options: HostOp
                      num_workers=options.num_workers or config.trainer.num_workers)
     layout = SlotLayout.from_plan(plan, groups=config.trainer.async_factor, agents_per_env=spec.num_agents)
     seed = config.run.seed + os.getpid()
-    horizon = config.trainer.bptt_horizon + 1
     if config.trainer.algorithm == "coma":
         if options.null_policy:
             raise ConfigError("--null-policy measures PPO's per-agent pipeline; this learner trains trainer.algorithm "
@@ -165,7 +164,7 @@ def build_host(registration: Registration, link: LearnerLink, *, options: HostOp
                               f"only; leave --device out")
         team = TeamInference(spec, config.coma, seed=seed)
         team.load(registration.version, registration.weights)
-        rows = row_layout(spec, horizon=horizon, state_size=0, team=True)
+        rows = run_row_layout(config, spec, state_size=0)
         sizing = message_sizing(config, rows)
         assembler = RowAssembler.for_layout(rows, num_agents=layout.total_envs,
                                             num_rows=2 * layout.total_envs + 2 * sizing.rows)
@@ -177,7 +176,7 @@ def build_host(registration: Registration, link: LearnerLink, *, options: HostOp
         inference = (NullInference(spec, seed=seed) if options.null_policy
                      else Inference(spec, config.model, seed=seed, device=options.device))
         inference.load(registration.version, registration.weights)
-        rows = row_layout(spec, horizon=horizon, state_size=inference.state_size)
+        rows = run_row_layout(config, spec, state_size=inference.state_size)
         sizing = message_sizing(config, rows)
         assembler = RowAssembler.for_layout(rows, num_agents=layout.total_slots,
                                             num_rows=2 * layout.total_slots + 2 * sizing.rows)

@@ -24,6 +24,13 @@ def row_layout(env: EnvSpec, *, horizon: int, state_size: int, team: bool = Fals
                      mask_size=env.mask_size, state_size=state_size)
 
 
+def run_row_layout(config: RunConfig, env: EnvSpec, *, state_size: int) -> RowLayout:
+    """The rows a run's hosts send and its learner takes: ``trainer.bptt_horizon + 1`` steps, the policy's state
+    width, and team rows when the run trains COMA (``trainer.algorithm: coma``)."""
+    return row_layout(env, horizon=config.trainer.bptt_horizon + 1, state_size=state_size,
+                      team=config.trainer.algorithm == "coma")
+
+
 @dataclass(frozen=True, kw_only=True)
 class MessageSizing:
     """How rows travel to the learner, derived the same way by hosts and learner (``message_sizing``)."""

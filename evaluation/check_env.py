@@ -26,7 +26,7 @@ from configs.schema import RunConfig
 from envs.base import EnvSpec, StepBuffers, VecEnv
 from envs.errors import EnvConfigError, EnvRaised
 from envs.registry import env_label, make_vec_env, probe_env_spec
-from envs.rows import row_layout
+from envs.rows import run_row_layout
 from policies.encoders import encoder_kind
 from policies.leaf_encoder import DictEncoder
 from policies.factory import make_policy
@@ -162,8 +162,7 @@ def describe(config: RunConfig, spec: EnvSpec) -> list[str]:
     bounds = f"low {list(action.low)} high {list(action.high)}" if action.kind == "box" else f"nvec {list(action.nvec)}"
     policy = make_policy(spec, config.model)
     state_size = policy.state_size
-    team = config.trainer.algorithm == "coma"
-    layout = row_layout(spec, horizon=config.trainer.bptt_horizon + 1, state_size=state_size, team=team)
+    layout = run_row_layout(config, spec, state_size=state_size)
     row_bytes = sum(int(np.prod(s.shape[1:], dtype=np.int64)) * np.dtype(s.dtype).itemsize
                     for s in layout.specs().values())
     lines = [f"env: {env_label(config.env)}, {spec.num_agents} agent(s) per env",
@@ -177,7 +176,7 @@ def describe(config: RunConfig, spec: EnvSpec) -> list[str]:
              f"encoder (model.encoder {config.model.encoder}): {encoder_kind(spec, config.model)}",
              *[f"  {line}" for line in describe_leaves(getattr(policy, 'encoder', None))],
              f"one row on the wire: {row_bytes} bytes ({config.trainer.bptt_horizon + 1} steps"
-             + (", one per env with all its agents" if team else ", one agent") + ")"]
+             + (", one per env with all its agents" if layout.team_size else ", one agent") + ")"]
     if spec.tokens is None and len(spec.obs_shape) == 2 and spec.obs_shape[1] == 3 \
             and np.dtype(spec.obs_dtype).kind in "iu":
         lines.append("note: integer [L, 3] observations may be a padded token list (location, feature id, value); "
@@ -214,8 +213,8 @@ def run_checks(config: RunConfig, *, seconds: float, seed: int, say: Callable[[s
             f"max {max(lengths)}")
     else:
         say("episodes: none ended while stepping")
-        findings.problem(f"no episode ended within the check's steps: a run counts none (no returns, no stop "
-                         f"rule on returns); set env.max_steps or give the env a time limit")
+        findings.problem("no episode ended within the check's steps: a run counts none (no returns, no stop "
+                         "rule on returns); set env.max_steps or give the env a time limit")
     if not deterministic(lambda: make_vec_env(config.env, 1), spec, seed=seed):
         findings.problem("the same seed and actions gave different results: runs cannot be repeated; seed every "
                          "random source of the env from the seed VecEnv.reset receives")

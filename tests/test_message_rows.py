@@ -14,7 +14,7 @@ import zmq
 from configs.loader import load_config
 from envs.base import EnvSpec
 from envs.registry import env_spec
-from envs.rows import message_sizing, row_layout
+from envs.rows import message_sizing, row_layout, run_row_layout
 from envs.spaces import ActionSpace
 from learner.serve.ingest import open_ingest
 from learner.serve.senders import Sender, SenderRegistry
@@ -32,6 +32,15 @@ LAYOUTS = {
                                    action=ActionSpace.box([-1.0, -1.0], [1.0, 1.0]), state_size=12),
                            horizon=5, state_size=0, team=True),
 }
+
+
+@pytest.mark.parametrize("config_name, team", [("cartpole", False), ("coma_spread", True), ("token_cue", False)])
+def test_a_runs_rows_have_its_horizon_and_team_rows_when_it_trains_coma(config_name, team):
+    config = load_config(f"configs/{config_name}.yaml", ["trainer.bptt_horizon=8"])
+    spec = env_spec(config.env)
+    layout = run_row_layout(config, spec, state_size=5)
+    assert layout == row_layout(spec, horizon=9, state_size=5, team=team)
+    assert layout.team_size == (spec.num_agents if team else 0)
 
 
 @pytest.mark.parametrize("name", sorted(LAYOUTS))

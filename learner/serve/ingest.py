@@ -30,7 +30,7 @@ import zmq
 
 from configs.schema import RunConfig
 from envs.base import EnvSpec
-from envs.rows import message_sizing, row_layout
+from envs.rows import message_sizing, row_layout, run_row_layout
 from learner.serve.batch_slots import BatchSlots
 from learner.serve.control import curve_key_of
 from learner.serve.ingest_counters import HOST_LEFT, IngestCounters
@@ -261,13 +261,11 @@ def open_ingest(config: RunConfig, spec: EnvSpec, *, context: zmq.Context, endpo
     ``rank`` and network.same_machine_ipc, also bound at ipc:///tmp/sluice_<pid>_data<rank>."""
     net = config.network
     ipc_path = data_ipc_path(os.getpid(), rank) if rank is not None and net.same_machine_ipc else None
-    team_rows = config.trainer.algorithm == "coma"
-    sizing = message_sizing(config, row_layout(spec, horizon=config.trainer.bptt_horizon + 1, state_size=state_size,
-                                               team=team_rows))
+    sizing = message_sizing(config, run_row_layout(config, spec, state_size=state_size))
     return Ingest(context=context, endpoint=endpoint, segments=segments, env=spec,
                   horizon=config.trainer.bptt_horizon + 1, state_size=state_size,
                   max_policy_lag=config.trainer.max_policy_lag, hwm=sizing.hwm,
                   buffer_bytes=net.socket_buffer_bytes, limits=Limits(max_message_bytes=net.max_message_bytes),
                   stop=stop, registry=registry, rows_per_message=sizing.rows,
                   max_abs_value=net.max_abs_value, curve=curve, observer=observer,
-                  team_rows=team_rows, pinned=pinned, ipc_path=ipc_path)
+                  team_rows=config.trainer.algorithm == "coma", pinned=pinned, ipc_path=ipc_path)

@@ -43,8 +43,7 @@ from actors.assembler import RowAssembler, _add_steps_kernel
 from configs.loader import load_config
 from configs.plan import make_plan
 from envs.registry import env_spec
-from envs.rows import row_layout
-from envs.rows import message_sizing
+from envs.rows import message_sizing, row_layout, run_row_layout
 from ops.benchlib import emit
 from protocol.rows import ROW_FIELDS, RowLayout
 
@@ -61,8 +60,7 @@ def host_layout(config, workers: int | None) -> dict:
     envs_per_group = plan.envs_per_worker // trainer.async_factor
     slots_per_group = envs_per_group * spec.num_agents
     total_agents = n * slots_per_group * trainer.async_factor
-    rows_per_message = message_sizing(config, row_layout(spec, horizon=trainer.bptt_horizon + 1,
-                                                              state_size=0)).rows
+    rows_per_message = message_sizing(config, run_row_layout(config, spec, state_size=0)).rows
     return {"spec": spec, "workers": n, "total_agents": total_agents,
             "num_rows": 2 * total_agents + 2 * rows_per_message, "horizon": trainer.bptt_horizon + 1,
             "agents_per_call": n * slots_per_group, "groups": trainer.async_factor,

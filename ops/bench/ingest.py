@@ -49,7 +49,7 @@ import zmq
 from configs.loader import load_config
 from configs.plan import make_plan
 from envs.registry import env_spec
-from envs.rows import MessageSizing, message_sizing, row_layout
+from envs.rows import MessageSizing, message_sizing, row_layout, run_row_layout
 from learner.ppo.algorithm import make_optimizer, make_reference
 from learner.ppo.schedules import schedule_for
 from learner.ppo.update import ppo_update
@@ -72,8 +72,7 @@ BENCH_TOKEN = "bench" * 6 + "00"
 
 def sizing_of(config, state_size: int) -> MessageSizing:
     """Rows per ROWS message and the data sockets' high-water mark, as hosts and learner derive them."""
-    layout = row_layout(env_spec(config.env), horizon=config.trainer.bptt_horizon + 1, state_size=state_size)
-    return message_sizing(config, layout)
+    return message_sizing(config, run_row_layout(config, env_spec(config.env), state_size=state_size))
 
 
 def make_blocks(config, state_size: int, seed: int) -> list[Message]:

@@ -55,7 +55,7 @@ from configs.plan import make_plan
 from configs.schema import RunConfig
 from envs.base import StepBuffers
 from envs.registry import env_spec, make_vec_env
-from envs.rows import MessageSizing, message_sizing, row_layout
+from envs.rows import MessageSizing, message_sizing, run_row_layout
 from learner.serve.control import ControlServer
 from learner.serve.host_sizing import HostSizing
 from learner.serve.ingest_counters import host_timing
@@ -266,8 +266,7 @@ def _sizing(config: RunConfig, policy: str) -> MessageSizing:
     rows (envs.rows.message_sizing)."""
     spec = env_spec(config.env)
     state_size = 0 if policy == "null" else make_policy(spec, config.model).state_size
-    layout = row_layout(spec, horizon=config.trainer.bptt_horizon + 1, state_size=state_size)
-    return message_sizing(config, layout)
+    return message_sizing(config, run_row_layout(config, spec, state_size=state_size))
 
 
 def measure_pipeline(config: RunConfig, workers: int, seconds: float, warmup_s: float = 3.0,

@@ -19,7 +19,7 @@ from configs.loader import config_from_dict
 from configs.schema import RunConfig
 from envs.base import EnvSpec
 from envs.registry import env_spec
-from envs.rows import MessageSizing, message_sizing, row_layout
+from envs.rows import MessageSizing, message_sizing, run_row_layout
 from policies.factory import make_policy
 from protocol import Limits, Message, MessageType, ProtocolError, decode, encode
 from protocol.rows import RowLayout
@@ -47,7 +47,7 @@ class RunShape:
         run = config_from_dict(config)
         spec = env_spec(run.env)
         state_size = make_policy(spec, run.model).state_size
-        layout = row_layout(spec, horizon=run.trainer.bptt_horizon + 1, state_size=state_size)
+        layout = run_row_layout(run, spec, state_size=state_size)
         return cls(config=run, spec=spec, layout=layout, sizing=message_sizing(run, layout))
 
 
