@@ -1,18 +1,18 @@
 """The actor host's env worker processes: spawn, pipes, ready groups, restarts, clocks, stop.
 
-The pool creates the host's shared memory (``SlotSegment``: every agent slot of the host, each worker stepping its own
-groups' slot ranges) and gives each worker a duplex pipe, spoken in bytes (``actors/worker_channel.py``). The pool
-registers every pipe in
-the host's poller; ``collect`` reads the replies of the pipes the poller marked and queues the groups that
-are ready for actions in ``ready``. A worker whose pipe breaks is buried at once (its pipe leaves the poller, its
-ready groups are dropped, and so are its agents' partial rows and states, through ``on_restart``) and respawned
-over the same segment after a backoff (RESPAWN_BACKOFF_S, doubling, at most RESPAWN_BACKOFF_MAX_S): the respawn
-is scheduled, and ``collect`` starts it once due, so the host's loop keeps serving the other workers and the
-learner meanwhile. Respawns happen only in ``collect``, never between a ``collect`` and the ``wake`` after it, so
-a wake never reaches a worker that did not write the step it answers. A worker that dies MAX_DEATHS_IN_A_ROW
-times without completing a single step in between stops the host (``EnvFailure`` naming the worker and its
-last exit cause: exit code, or the signal that killed it), like an env that cannot be built. Every send on a
-pipe tolerates a worker that died a moment ago: its EOF at the next poll buries it.
+The pool creates the host's shared memory (``SlotSegment``: every agent slot of the host, each worker stepping its
+own groups' slot ranges) and gives each worker a duplex pipe, spoken in bytes (``actors/worker_channel.py``). The
+pool registers every pipe in the host's poller; ``collect`` reads the replies of the pipes the poller marked and
+queues the groups that are ready for actions in ``ready``. A worker whose pipe breaks is buried at once (its pipe
+leaves the poller, its ready groups are dropped, and so are its agents' partial rows and states, through
+``on_restart``) and respawned over the same segment after a backoff (RESPAWN_BACKOFF_S, doubling, at most
+RESPAWN_BACKOFF_MAX_S): the respawn is scheduled, and ``collect`` starts it once due, so the host's loop keeps
+serving the other workers and the learner meanwhile. Respawns happen only in ``collect``, never between a
+``collect`` and the ``wake`` after it, so a wake never reaches a worker that did not write the step it answers. A
+worker that dies MAX_DEATHS_IN_A_ROW times without completing a single step in between stops the host
+(``EnvFailure`` naming the worker and its last exit cause: exit code, or the signal that killed it), like an env
+that cannot be built. Every send on a pipe tolerates a worker that died a moment ago: its EOF at the next poll
+buries it.
 
 Watchdog: ``wake`` stamps each group it hands actions to, and its reply clears the stamp. Every WATCH_PERIOD_S
 (at most a quarter of the deadline) ``collect`` looks for a worker whose oldest stamped group has waited longer
