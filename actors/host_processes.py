@@ -114,11 +114,11 @@ def _supervise(hosts: list[subprocess.Popen], received: list[int]) -> int:
         time.sleep(POLL_S)
     if any(host.returncode < 0 for host in hosts):
         _remove_left_memory()
-    if failure is not None:
-        return failure if failure > 0 else 128 - failure  # a host killed by a signal: as a shell would say it
-    if received:
+    if failure is None and received:
         return 128 + received[0]
-    return next((host.returncode for host in hosts if host.returncode != 0), 0)
+    if failure is None:  # every host ended by itself; one that failed as the last ones ended still counts
+        failure = next((host.returncode for host in hosts if host.returncode != 0), 0)
+    return failure if failure >= 0 else 128 - failure  # a host killed by a signal: as a shell would say it
 
 
 def _remove_left_memory() -> None:

@@ -101,7 +101,7 @@ class NullInference:
             actions = np.empty((n, len(self.nvec)), dtype=np.int32)
             logprobs = np.empty(n, dtype=np.float32)
             has_masks = masks is not None and masks.shape[-1]
-            _draw_discrete(self.stream, self.nvec, masks if has_masks else self.no_masks[:n], actions, logprobs)
+            _draw_discrete(self.stream, self.nvec, masks if has_masks else self.no_masks, actions, logprobs)
         return Decisions(actions=actions.reshape((n, *self.space.shape)), logprobs=logprobs,
                          values=np.zeros(n, dtype=np.float32), states=np.zeros((n, 0), dtype=np.float32))
 

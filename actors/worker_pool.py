@@ -73,9 +73,7 @@ class WorkerProcess:
     process: mp.Process
     """The running process (after a death: the dead one, until its respawn)."""
     channel: HostEnd | None
-    """The host's end of its pipe (None: dead, waiting for its respawn)."""
-    fd: int
-    """The pipe's file descriptor, as registered in the poller."""
+    """The host's end of its pipe, its descriptor registered in the poller (None: dead, waiting for its respawn)."""
     restarts: int = 0
     """Times it died and was respawned."""
     deaths_in_a_row: int = 0
@@ -213,7 +211,7 @@ class WorkerPool:
                 worker.process.join(timeout=1)
         for worker in workers:
             if worker.channel is not None:
-                self.poller.unregister(worker.fd)
+                self.poller.unregister(worker.channel.fd)
                 worker.channel.close()
             worker.groups = ()
         self.views, self.slots = (), None
@@ -228,9 +226,9 @@ class WorkerPool:
         process.start()
         child.close()
         groups = self.views[spec.worker_id * self.layout.groups:(spec.worker_id + 1) * self.layout.groups]
-        worker = WorkerProcess(spec=spec, groups=groups, process=process, channel=HostEnd(parent), fd=parent.fileno())
-        self.by_fd[worker.fd] = spec.worker_id
-        self.poller.register(worker.fd, zmq.POLLIN)
+        worker = WorkerProcess(spec=spec, groups=groups, process=process, channel=HostEnd(parent))
+        self.by_fd[worker.channel.fd] = spec.worker_id
+        self.poller.register(worker.channel.fd, zmq.POLLIN)
         return worker
 
     def _read_replies(self, w: int, report: RowsReport) -> None:
@@ -264,8 +262,8 @@ class WorkerPool:
         if self.stop_flag.is_set():
             return
         worker = self.workers[w]
-        self.poller.unregister(worker.fd)
-        del self.by_fd[worker.fd]
+        self.poller.unregister(worker.channel.fd)
+        del self.by_fd[worker.channel.fd]
         worker.channel.close()
         worker.channel = None
         self.woken_at[w] = np.inf
