@@ -1,4 +1,4 @@
-"""The chaos run (ops/chaos/chaos.py) end to end, with pauses and a partition just past network.peer_timeout_s:
+"""The chaos run (ops/chaos/chaos.py) end to end, with pauses and a partition past a shortened network.peer_timeout_s:
 one training run through a learner SIGSTOP, a partition, a host SIGSTOP, a hung env, a damaged newest checkpoint
 and a full disk, each recovered from or stopped cleanly (the script exits 1 when a case fails)."""
 
@@ -19,8 +19,8 @@ pytestmark = [pytest.mark.integration,
 
 
 def test_the_chaos_run_recovers_from_every_case(tmp_path):
-    done = subprocess.run([sys.executable, "ops/chaos/chaos.py", "--pause-s", "12", "--partition-s", "12",
-                           "--keep", str(tmp_path / "logs")], cwd=REPO, capture_output=True, text=True, timeout=600)
+    done = subprocess.run([sys.executable, "ops/chaos/chaos.py", "--peer-timeout-s", "4", "--pause-s", "6",
+                           "--partition-s", "6", "--keep", str(tmp_path / "logs")], cwd=REPO, capture_output=True, text=True, timeout=600)
     out = done.stdout + done.stderr
     assert done.returncode == 0, out
     rows = [line for line in done.stdout.splitlines() if line.startswith("| ") and "| ok |" in line]

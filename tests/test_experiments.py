@@ -43,7 +43,7 @@ def test_coma_spread_pipeline_bench_scores_the_checkpoint_and_plots_the_curve(tm
     before = set(Path("/dev/shm").glob("sluice_*"))
     children_before = descendants(os.getpid())  # e.g. multiprocessing's resource tracker from earlier tests
     plot = tmp_path / "coma.png"
-    records = run_experiment("coma_spread", "--seeds", "1", "--seconds", "20", "--episodes", "4",
+    records = run_experiment("coma_spread", "--seeds", "1", "--seconds", "12", "--episodes", "4",
                         "--port", str(free_port_triple()), "--plot", str(plot), "--set", "coma.epochs=1",
                         timeout=150)
     policies = {r["policy"]: r for r in records}
@@ -114,7 +114,7 @@ def test_token_cue_trains_both_encoders_through_the_pipeline_and_the_token_one_l
 
 
 def test_minigrid_doorkey_trains_through_the_pipeline_and_scores_random() -> None:
-    records = run_experiment("minigrid_doorkey", "--seconds", "25", "--random-episodes", "2", "--eval-episodes", "2",
+    records = run_experiment("minigrid_doorkey", "--seconds", "14", "--random-episodes", "2", "--eval-episodes", "2",
                              "--port",
                              str(free_port_triple()), "--set", "trainer.batch_size=2048", "--set",
                              "trainer.minibatch_size=1024", "--set", "trainer.bptt_horizon=32", timeout=200)

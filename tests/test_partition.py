@@ -18,7 +18,7 @@ from tests.netns import NFT, NamespacePair, missing_requirements
 from tests.processes import kill_tree, metrics, wait_for
 
 PORT = 5555
-PARTITION_S = 15.0
+PARTITION_S = 6.0
 """How long the link is cut (three peer timeouts)."""
 RESUME_BOUND_S = 30.0
 """Seconds from the heal to three more updates (docs/OPERATIONS.md's bound for a partition)."""
@@ -43,7 +43,8 @@ def test_training_resumes_after_a_partition_longer_than_the_peer_timeout_heals(p
     run_dir = tmp_path / "run"
     learner = pair.python(pair.learner_ns, "learner", "--config", "configs/cartpole.yaml", "--run-dir", str(run_dir),
                           "--set", f"network.host={pair.learner_ip}", "--set", f"network.port={PORT}",
-                          "--set", "trainer.target_episode_return=null", "--set", "network.peer_timeout_s=5",
+                          "--set", "trainer.target_episode_return=null", "--set", "network.peer_timeout_s=2",
+                          "--set", "network.heartbeat_interval_s=0.25",
                           "--insecure", log=tmp_path / "learner.log")
     host = pair.python(pair.host_ns, "actors", "--n", "1", "--learner", f"tcp://{pair.learner_ip}:{PORT}",
                        "--insecure", log=tmp_path / "host.log")
@@ -57,7 +58,7 @@ def test_training_resumes_after_a_partition_longer_than_the_peer_timeout_heals(p
     pair.partition()
     try:
         time.sleep(PARTITION_S)
-        assert "silent for 5 s: forgotten" in (tmp_path / "learner.log").read_text(), logs()
+        assert "silent for 2 s: forgotten" in (tmp_path / "learner.log").read_text(), logs()
         during = len(metrics(run_dir))
     finally:
         pair.heal()

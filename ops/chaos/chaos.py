@@ -1,9 +1,10 @@
 """Chaos run: one training run through what a cluster does to it, in one script (root: namespaces, nftables, tmpfs).
 
-    .venv/bin/python ops/chaos/chaos.py [--pause-s 30] [--partition-s 20] [--keep DIR]
+    .venv/bin/python ops/chaos/chaos.py [--pause-s 30] [--partition-s 20] [--peer-timeout-s 10] [--keep DIR]
 
 A learner in one network namespace (its run directory on a small tmpfs) and an actor host in another (CartPole that
-hangs on demand, ops/chaos/hang_env.py), over a veth link, both with the default network.peer_timeout_s (10 s).
+hangs on demand, ops/chaos/hang_env.py), over a veth link, both with network.peer_timeout_s at --peer-timeout-s
+(default: the config's default, 10 s; the pauses and the partition should outlast it).
 In order:
 
 1. the learner SIGSTOPped for --pause-s, then continued;
@@ -46,6 +47,8 @@ RESUME_BOUND_S = 60.0
 """Seconds after a fault ends within which the next update must come (cases 1-5)."""
 STOP_BOUND_S = 60.0
 """Seconds after the disk fills within which the learner and the host must have stopped (case 6)."""
+HEARTBEATS_PER_TIMEOUT = 8
+"""A short --peer-timeout-s shortens the heartbeat interval (1 s by default) to this fraction of it."""
 DISK_BYTES = 96 * 2 ** 20
 """Size of the tmpfs holding the run directory."""
 
@@ -67,8 +70,9 @@ class Outcome:
 class ChaosRun:
     """The two namespaces, the tmpfs, the learner and the host; everything undone by ``close``."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, peer_timeout_s: float) -> None:
         self.root = root
+        self.peer_timeout_s = peer_timeout_s
         self.disk = root / "disk"
         self.disk.mkdir()
         subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK_BYTES}", "tmpfs", str(self.disk)], check=True)
@@ -86,7 +90,9 @@ class ChaosRun:
         settings = ("network.host", self.pair.learner_ip), ("network.port", PORT), (
             "trainer.target_episode_return", "null"), ("trainer.total_timesteps", 10 ** 12), (
             "run.checkpoint_interval", 5), ("env.name", "native"), (
-            "env.entry_point", "ops.chaos.hang_env:HangOnTrigger"), ("env.step_timeout_s", 5)
+            "env.entry_point", "ops.chaos.hang_env:HangOnTrigger"), ("env.step_timeout_s", 5), (
+            "network.peer_timeout_s", self.peer_timeout_s), (
+            "network.heartbeat_interval_s", min(1.0, self.peer_timeout_s / HEARTBEATS_PER_TIMEOUT))
         config = ["--resume"] if resume else ["--config", "configs/cartpole.yaml"]
         for key, value in ([] if resume else settings):
             config += ["--set", f"{key}={value}"]
@@ -260,6 +266,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--pause-s", type=float, default=30.0, help="how long the learner and the host are stopped")
     parser.add_argument("--partition-s", type=float, default=20.0, help="how long the link is cut")
+    parser.add_argument("--peer-timeout-s", type=float, default=10.0,
+                        help="network.peer_timeout_s of the run (the faults should last longer)")
     parser.add_argument("--keep", type=Path, help="keep the logs here (default: a temporary directory, removed)")
     args = parser.parse_args(argv)
     missing = missing_requirements() or (None if Path(NFT).exists() else "nftables' nft is missing")
@@ -270,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="sluice-chaos-") as scratch:
         root = args.keep or Path(scratch)
         root.mkdir(parents=True, exist_ok=True)
-        run = ChaosRun(root)
+        run = ChaosRun(root, peer_timeout_s=args.peer_timeout_s)
         try:
             outcomes = run_cases(run, args)
         finally:
