@@ -30,20 +30,36 @@ $PY -m actors --n "$WORKERS" --learner "$learner_url" &
 actors=$!
 stop() { kill -TERM "$learner" "$actors" 2>/dev/null || true; }
 trap stop INT TERM
+# Until the learner ends. The host is this run's only one: if it fails first (an env that cannot run, a worker in a
+# crash loop, an opponent that cannot play the env), the learner would wait for hosts forever, so it is stopped too
+# and the command exits with the host's code. A host stopped by SIGINT or SIGTERM (130, 143) is not a failure: the
+# same signal stops the learner.
+host_rc=
+while kill -0 "$learner" 2>/dev/null; do
+  if [ -z "$host_rc" ] && ! kill -0 "$actors" 2>/dev/null; then
+    host_rc=0
+    wait "$actors" || host_rc=$?
+    case "$host_rc" in
+      0|130|143) ;;
+      *) echo "train_local: the actor host exited $host_rc (its reason is above); stopping the learner" >&2
+         kill -TERM "$learner" 2>/dev/null || true ;;
+    esac
+  fi
+  sleep 0.2 || true  # a Ctrl-C reaches this sleep too
+done
 rc=0
 wait "$learner" || rc=$?
-if kill -0 "$learner" 2>/dev/null; then  # the wait above ended on a signal (trap stop): wait for the exit code
-  rc=0
-  wait "$learner" || rc=$?
-fi
 # A learner that finished sent the host SHUTDOWN; one that failed to start never will: give the host a moment to
 # leave on its own, then stop it.
 for _ in $(seq 50); do
   kill -0 "$actors" 2>/dev/null || break
-  sleep 0.2
+  sleep 0.2 || true  # a Ctrl-C reaches this sleep too
 done
 kill -TERM "$actors" 2>/dev/null || true
-wait "$actors" || true
+wait "$actors" 2>/dev/null || true
 trap - INT TERM
 echo "train_local: learner exited $rc after ${SECONDS} s wall-clock (setup and start-up included)"
-exit "$rc"
+case "${host_rc:-0}" in
+  0|130|143) exit "$rc" ;;
+  *) exit "$host_rc" ;;
+esac

@@ -69,6 +69,20 @@ def descendants(pid: int) -> set[int]:
     return found
 
 
+def session_members(session: int) -> set[int]:
+    """Live (not zombie) PIDs of session ``session`` (a process started with start_new_session=True leads one whose
+    id is its PID): its descendants, orphaned ones included, which ``descendants`` no longer finds once it exited."""
+    members = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == session and fields[0] != "Z":
+            members.add(int(stat.parent.name))
+    return members
+
+
 def alive(pid: int) -> bool:
     """True if ``pid`` exists and is not a zombie."""
     try:

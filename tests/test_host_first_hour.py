@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -21,7 +22,7 @@ from actors.learner_link import LearnerLink, Registration, notice_gaps, still_wa
 from actors.stop_flag import StopFlag
 from protocol import Limits, MessageType, decode
 from protocol.endpoints import parse_endpoint
-from tests.processes import REPO, Run, free_port_triple, kill_tree, metrics, wait_for
+from tests.processes import REPO, Run, free_port_triple, kill_tree, metrics, session_members, wait_for
 
 TINY = ["--set", "trainer.batch_size=2048", "--set", "trainer.minibatch_size=1024",
         "--set", "trainer.target_episode_return=null"]
@@ -245,6 +246,31 @@ def test_train_local_starts_the_host_on_the_learners_port(tmp_path):
     assert f"train_local: actor host dials the learner at tcp://127.0.0.1:{port}" in text
     assert f"learner tcp://127.0.0.1:{port} (as " in text and "joined with 1 workers" in text
     assert "train_local: learner exited 0" in text
+
+
+@pytest.mark.integration
+def test_train_local_stops_the_learner_when_its_host_fails_and_exits_with_the_hosts_code(tmp_path):
+    """An env that cannot reset stops the actor host (exit 1); the learner, left without a host, would wait for one
+    forever: train_local stops it, says why in one line and exits 1, leaving no process or shared memory."""
+    port = free_port_triple()
+    log = tmp_path / "train_local.log"
+    env = {**os.environ, "SLUICE_SKIP_SETUP": "1", "SLUICE_WORKERS": "1", "PYTHONUNBUFFERED": "1"}
+    before = set(Path("/dev/shm").glob("sluice_*"))
+    with log.open("w") as out:
+        proc = subprocess.Popen(["bash", "ops/train_local.sh", "--set", f"network.port={port}", "--set",
+                                 "env.name=native", "--set", "env.entry_point=tests.faulty_envs:BrokenReset",
+                                 "--run-dir", str(tmp_path / "run")],
+                                cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        try:
+            assert proc.wait(timeout=120) == 1, log.read_text()
+            assert wait_for(lambda: not session_members(proc.pid), 10), "orphans of train_local"
+        finally:
+            kill_tree(proc)
+    text = log.read_text()
+    assert "python -m actors: error: env worker 0 could not start its env" in text
+    assert "train_local: the actor host exited 1 (its reason is above); stopping the learner" in text
+    assert "learner: stopped (SIGTERM received)" in text and "train_local: learner exited 143" in text
+    assert set(Path("/dev/shm").glob("sluice_*")) <= before
 
 
 @pytest.mark.integration
