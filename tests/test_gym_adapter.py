@@ -240,6 +240,10 @@ def test_unknown_gym_id() -> None:
     with pytest.raises(ValueError, match=r"gymnasium has no env with id 'NoSuchEnv-v3'.*NoSuchEnv") as info:
         GymnasiumVecEnv("NoSuchEnv-v3", 1, max_steps=0, kwargs={})
     assert isinstance(info.value.__cause__, gymnasium.error.UnregisteredEnv)
+    assert str(info.value).endswith("needs the package named first, e.g. env.gym_id: minigrid:MiniGrid-Empty-5x5-v0)")
+    with pytest.raises(ValueError, match=r"'minigrid:NoSuchEnv-v3'") as info:
+        GymnasiumVecEnv("minigrid:NoSuchEnv-v3", 1, max_steps=0, kwargs={})
+    assert "package named first" not in str(info.value)  # the package is named: the hint would mislead
     cfg = EnvConfig(name="gymnasium", gym_id="NoSuchEnv-v3")
     with pytest.raises(ValueError, match="'NoSuchEnv-v3'"):
         env_spec(cfg)

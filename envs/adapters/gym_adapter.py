@@ -21,6 +21,11 @@ from envs.adapters.gym_spaces import SpaceConverter, close_each
 from envs.errors import EnvConfigError, EnvRaised
 
 
+UNREGISTERED_HINT = (" (an env that a package registers when it is imported needs the package named first, "
+                     "e.g. env.gym_id: minigrid:MiniGrid-Empty-5x5-v0)")
+"""Appended when an id without a package prefix is unknown (gymnasium only knows its own envs until then)."""
+
+
 def _make_one(gym_id: str, max_steps: int, kwargs: dict[str, Any]) -> gymnasium.Env:
     """``gymnasium.make`` one env, turning an unknown id into a ValueError and other failures into RuntimeError."""
     make_kwargs = dict(kwargs)
@@ -29,7 +34,8 @@ def _make_one(gym_id: str, max_steps: int, kwargs: dict[str, Any]) -> gymnasium.
     try:
         return gymnasium.make(gym_id, **make_kwargs)
     except (gymnasium.error.UnregisteredEnv, gymnasium.error.DeprecatedEnv) as exc:
-        raise EnvConfigError(f"gymnasium has no env with id '{gym_id}': {exc}") from exc
+        hint = "" if ":" in gym_id or isinstance(exc, gymnasium.error.DeprecatedEnv) else UNREGISTERED_HINT
+        raise EnvConfigError(f"gymnasium has no env with id '{gym_id}': {exc}{hint}") from exc
     except Exception as exc:
         raise EnvRaised(f"gymnasium env '{gym_id}' raised in make(): {exc!r}") from exc
 
