@@ -41,7 +41,8 @@ def host_command(args: Namespace, workers: int, index: int) -> list[str]:
     share of the workers, and its own /metrics port when a fixed one was given (``--metrics-port P``: P + index)."""
     command = [sys.executable, "-m", "actors", "--n", str(workers), "--learner", args.learner,
                "--device", args.device, "--metrics-host", args.metrics_host,
-               "--metrics-port", str(args.metrics_port + index if args.metrics_port else 0)]
+               "--metrics-port", str(args.metrics_port + index if args.metrics_port else 0),
+               "--worker-nice", str(args.worker_nice)]
     if args.pool is not None:
         command += ["--pool", args.pool]
     for option, value in (("--curve-server-key", args.curve_server_key), ("--curve-client-key", args.curve_client_key)):

@@ -15,6 +15,7 @@ or on the host's death (PR_SET_PDEATHSIG).
 from __future__ import annotations
 
 import ctypes
+import os
 import signal
 import time
 import traceback
@@ -51,6 +52,9 @@ class WorkerSpec:
     """The host's shared-memory segment (``SlotSegment``), which holds this worker's groups."""
     seed: int
     """Base seed for this worker's envs."""
+    nice: int = 0
+    """Niceness the worker adds to its own at start (``python -m actors --worker-nice``): above 0 the host that
+    feeds it, and a learner on the same machine, get the CPU first when the cores are all busy."""
 
 
 def _die_with_parent() -> None:
@@ -63,6 +67,8 @@ def _die_with_parent() -> None:
 def worker_main(spec: WorkerSpec, conn) -> None:  # conn: multiprocess Connection
     """Process entry point."""
     _die_with_parent()
+    if spec.nice:
+        os.nice(spec.nice)
     channel = WorkerEnd(conn)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the host's to handle
     segment = SlotSegment.attach(spec.shm_name, spec.env_spec, spec.layout)

@@ -113,7 +113,7 @@ class WorkerPool:
     """``layout.workers`` env workers of ``env_config``, their pipes registered in ``poller``."""
 
     def __init__(self, *, env_config: EnvConfig, env_spec: EnvSpec, layout: SlotLayout, seed: int,
-                 poller: zmq.Poller, stop: StopFlag, on_restart: Callable[[int], None]) -> None:
+                 poller: zmq.Poller, stop: StopFlag, on_restart: Callable[[int], None], worker_nice: int = 0) -> None:
         self.layout = layout
         self.poller = poller
         self.stop_flag = stop
@@ -145,7 +145,8 @@ class WorkerPool:
         try:
             for w in range(layout.workers):
                 self.workers.append(self._spawn(WorkerSpec(worker_id=w, env=env_config, env_spec=env_spec,
-                                                           layout=layout, shm_name=self.segment.name, seed=seed)))
+                                                           layout=layout, shm_name=self.segment.name, seed=seed,
+                                                           nice=worker_nice)))
         except BaseException:
             self.stop()
             raise

@@ -23,6 +23,9 @@ from tests.processes import REPO
     (["--hosts", "0"], "--hosts must be at least 1, got 0"),
     (["--hosts", "2"], "--hosts 2 needs --n: the env workers to split among the host processes"),
     (["--hosts", "3", "--n", "2"], "--hosts 3 needs at least 3 env workers (one per host process), got --n 2"),
+    (["--worker-nice", "-1"], "--worker-nice must be 0 to 19 (added to the workers' niceness; a negative one would "
+                              "need root and take the CPU from the host), got -1"),
+    (["--worker-nice", "20"], "--worker-nice must be 0 to 19"),
 ])
 def test_cli_errors_name_the_problem(argv, message, capsys):
     assert main(argv) == 2

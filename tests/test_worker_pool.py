@@ -40,13 +40,14 @@ def line_of(function, text: str) -> int:
 class Pool:
     """A WorkerPool with its poller and what it reported, pumped like the host's loop does."""
 
-    def __init__(self, env: EnvConfig, *, workers: int = 1, groups: int = 2) -> None:
+    def __init__(self, env: EnvConfig, *, workers: int = 1, groups: int = 2, worker_nice: int = 0) -> None:
         self.poller = zmq.Poller()
         self.restarted: list[int] = []
         self.report = RowsReport()
         self.layout = SlotLayout(workers=workers, groups=groups, envs_per_group=2, agents_per_env=1)
         self.pool = WorkerPool(env_config=env, env_spec=CartPoleVec.SPEC, layout=self.layout, seed=0,
-                               poller=self.poller, stop=StopFlag(), on_restart=self.restarted.append)
+                               poller=self.poller, stop=StopFlag(), on_restart=self.restarted.append,
+                               worker_nice=worker_nice)
 
     def pump(self, until, *, wake: bool = False, timeout: float = 60) -> None:
         """Collect replies (and, with ``wake``, step every ready group again) until ``until()``."""
@@ -188,3 +189,24 @@ def test_an_env_that_cannot_start_is_fatal_with_its_type_and_line(capfd):
     assert str(caught.value).startswith("env worker 0 could not start its env: env "
                                         "'native:tests.faulty_envs:BrokenReset' raised in reset(): OSError(")
     assert f'File "{faulty_envs.__file__}", line {raised_at}, in reset' in capfd.readouterr().err
+
+
+def niceness(pid: int) -> int:
+    """A process's nice value, from /proc/<pid>/stat."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+        return int(stat.read().rsplit(")", 1)[1].split()[16])
+
+
+def test_workers_add_the_asked_niceness_to_the_hosts_and_keep_it_when_respawned() -> None:
+    pool = Pool(native("DiesInStep", die_on=3), workers=2, worker_nice=3)
+    expected = min(19, os.nice(0) + 3)
+    try:
+        pool.pump(lambda: len(pool.pool.ready) == 4)  # both workers started and reset their groups
+        assert [niceness(worker.process.pid) for worker in pool.pool.workers] == [expected, expected]
+        first_pids = [worker.process.pid for worker in pool.pool.workers]
+        pool.pump(lambda: all(worker.restarts >= 1 for worker in pool.pool.workers), wake=True)
+        pool.pump(lambda: len(pool.pool.ready) == 4)  # the new lives reset their groups; no step wakes them
+        assert [worker.process.pid for worker in pool.pool.workers] != first_pids
+        assert [niceness(worker.process.pid) for worker in pool.pool.workers] == [expected, expected]
+    finally:
+        pool.pool.stop()

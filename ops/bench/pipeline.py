@@ -29,7 +29,10 @@ TCP over loopback; the record names the transport, checked against the connectio
 
 Usage: .venv/bin/python -m ops.bench.pipeline [--envs cartpole grid3 grid24 synthetic20us] [--workers 2]
 [--envs-per-worker N] [--async-factor 1 2] [--seconds 10] [--policy null|model] [--actor-device cpu|cuda]
-[--transport ipc|tcp]
+[--transport ipc|tcp] [--hosts K] [--worker-nice N]
+
+``--worker-nice N`` runs the pipeline's env workers at N added niceness (``python -m actors --worker-nice``): the
+host's loop then gets the CPU before them when every core is busy.
 """
 
 from __future__ import annotations
@@ -271,7 +274,7 @@ def _sizing(config: RunConfig, policy: str) -> MessageSizing:
 
 def measure_pipeline(config: RunConfig, workers: int, seconds: float, warmup_s: float = 3.0,
                      profile: str | None = None, policy: str = "null", actor_device: str = "cpu",
-                     transport: str = "ipc", host_processes: int = 1) -> dict:
+                     transport: str = "ipc", host_processes: int = 1, worker_nice: int = 0) -> dict:
     """Agent steps/s of a real actor host (``policy`` null: uniform random actions; model: the config's policy, its
     initial weights, on ``actor_device``; rows over ``transport``), and what it reports about inference and its
     workers."""
@@ -305,7 +308,8 @@ def measure_pipeline(config: RunConfig, workers: int, seconds: float, warmup_s: 
     drain.start()
     python = [sys.executable] + (["-m", "cProfile", "-o", profile] if profile else [])
     policy_args = ["--null-policy"] if policy == "null" else ["--device", actor_device]
-    host_args = ["--hosts", str(host_processes)] if host_processes > 1 else []
+    host_args = (["--hosts", str(host_processes)] if host_processes > 1 else []) + (
+        ["--worker-nice", str(worker_nice)] if worker_nice else [])
     host = subprocess.Popen(python + ["-m", "actors", "--n", str(workers), *host_args, *policy_args, "--learner",
                              f"tcp://127.0.0.1:{control_port}"], cwd=REPO, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
@@ -393,7 +397,7 @@ def measure_round(record: dict, config: RunConfig, args: argparse.Namespace, rou
     record["load_before_pipeline"] = round(os.getloadavg()[0], 2)
     record.update(measure_pipeline(config, args.workers, args.seconds, profile=args.profile_host,
                                    policy=args.policy, actor_device=args.actor_device, transport=args.transport,
-                                   host_processes=args.hosts))
+                                   host_processes=args.hosts, worker_nice=args.worker_nice))
     if not args.pipeline_only:
         record["pipeline_over_raw"] = round(record["pipeline_agent_steps_per_s"] / record["raw_agent_steps_per_s"], 3)
         record["target"] = TARGETS.get(record["env"])
@@ -429,6 +433,8 @@ def main() -> None:
     parser.add_argument("--hosts", type=int, default=1,
                         help="host processes the workers are split among (python -m actors --hosts); the host "
                              "figures then sum them, and one host's max agent steps/s is per host process")
+    parser.add_argument("--worker-nice", type=int, default=0, metavar="N",
+                        help="the pipeline's env workers run at this added niceness (python -m actors --worker-nice)")
     parser.add_argument("--profile-host", metavar="PATH", default=None,
                         help="run the actor host under cProfile, writing PATH (read it with python -m pstats)")
     args = parser.parse_args()
@@ -445,7 +451,8 @@ def main() -> None:
                       "envs_per_worker": plan.envs_per_worker, "async_factor": async_factor,
                       "forward_pass_minibatch_target_size": config.trainer.forward_pass_minibatch_target_size,
                       "bptt_horizon": config.trainer.bptt_horizon, "seconds": args.seconds,
-                      "host_processes": args.hosts, "policy": args.policy, "actor_device": args.actor_device,
+                      "host_processes": args.hosts, "worker_nice": args.worker_nice, "policy": args.policy,
+                      "actor_device": args.actor_device,
                       "transport": args.transport,
                       "overrides": args.overrides, "rows_per_message": _sizing(config, args.policy).rows,
                       "data_hwm": _sizing(config, args.policy).hwm}
