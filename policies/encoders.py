@@ -35,6 +35,10 @@ from policies.obs_normalization import ObsNormalizer
 
 KERNEL = 3
 """Side of every conv kernel of the cnn encoder."""
+STRIDE_ABOVE_SIDE = 32
+"""A conv layer whose input is larger than this on both sides steps 2 pixels at a time: large images (Atari's 84 x 84,
+a rendered screen) are downsampled instead of carried at full size into a huge flatten and linear layer; boards and
+egocentric windows up to this size keep every pixel."""
 
 
 def image_shape(spec: EnvSpec) -> tuple[int, int, int] | None:
@@ -109,14 +113,19 @@ def conv_padding(height: int, width: int) -> int:
     return 0 if min(height, width) >= KERNEL else 1
 
 
-def conv_output_side(side: int, padding: int) -> int:
-    """Side of a stride-1 3x3 conv's output: side + 2 * padding - kernel + 1."""
-    return side + 2 * padding - KERNEL + 1
+def conv_stride(height: int, width: int) -> int:
+    """Stride of the next 3x3 conv: 2 while both sides exceed STRIDE_ABOVE_SIDE, else 1."""
+    return 2 if min(height, width) > STRIDE_ABOVE_SIDE else 1
+
+
+def conv_output_side(side: int, padding: int, stride: int = 1) -> int:
+    """Side of a 3x3 conv's output: (side + 2 * padding - kernel) // stride + 1."""
+    return (side + 2 * padding - KERNEL) // stride + 1
 
 
 class CNNEncoder(nn.Module):
     """[..., C, H, W] (or [..., H, W, C]) -> ``model.cnn_channels`` 3x3 conv + ReLU layers -> flatten -> linear + ReLU
-    [..., hidden_size].
+    [..., hidden_size]. A layer steps 2 pixels at a time where its input exceeds STRIDE_ABOVE_SIDE on both sides.
 
     hwc observations are permuted to chw first, so both layouts share one conv stack; uint8 observations are scaled
     by 1/255; with ``model.obs_norm`` the images are normalised per channel. Weights orthogonal with gain sqrt 2 and
@@ -137,12 +146,13 @@ class CNNEncoder(nn.Module):
         """Running per-channel observation normalisation (model.obs_norm; None when off)."""
         layers: list[nn.Module] = []
         for out_channels in model.cnn_channels:
-            padding = conv_padding(height, width)
-            conv = nn.Conv2d(channels, out_channels, KERNEL, padding=padding)
+            padding, stride = conv_padding(height, width), conv_stride(height, width)
+            conv = nn.Conv2d(channels, out_channels, KERNEL, stride=stride, padding=padding)
             nn.init.orthogonal_(conv.weight, math.sqrt(2))
             nn.init.zeros_(conv.bias)
             layers += [conv, nn.ReLU()]
-            channels, height, width = out_channels, conv_output_side(height, padding), conv_output_side(width, padding)
+            channels = out_channels
+            height, width = conv_output_side(height, padding, stride), conv_output_side(width, padding, stride)
         self.conv = nn.Sequential(*layers, nn.Flatten())
         self.conv_output_shape = (channels, height, width)
         """Shape of the last conv layer's output for one observation."""

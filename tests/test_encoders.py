@@ -193,6 +193,36 @@ def test_cnn_matches_a_numpy_reference(channels: int, height: int, width: int, c
     np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-5)
 
 
+@settings(max_examples=10, deadline=None)
+@given(channels=st.integers(1, 2), height=st.integers(30, 72), width=st.integers(30, 72),
+       conv_channels=st.lists(st.integers(1, 3), min_size=1, max_size=3), seed=st.integers(0, 2**16))
+def test_cnn_steps_two_pixels_over_large_images_like_a_numpy_reference(channels: int, height: int, width: int,
+                                                                       conv_channels: list[int], seed: int) -> None:
+    """Above 32 pixels on both sides a layer's output is the stride-1 output at every other row and column."""
+    torch.manual_seed(seed)
+    encoder = make_encoder(grid_spec((channels, height, width)), replace(SMALL, hidden_size=4,
+                                                                          cnn_channels=conv_channels))
+    obs = np.random.default_rng(seed).integers(0, 256, size=(2, channels, height, width), dtype=np.uint8)
+    x = obs.astype(np.float64) / 255.0
+    for conv in (m for m in encoder.conv if isinstance(m, torch.nn.Conv2d)):
+        step = 2 if min(x.shape[2], x.shape[3]) > 32 else 1
+        full = numpy_conv3x3(x, conv.weight.detach().double().numpy(), conv.bias.detach().double().numpy(), 0)
+        x = np.maximum(full[:, :, ::step, ::step], 0.0)
+    assert x.shape[1:] == encoder.conv_output_shape
+    w, b = encoder.linear.weight.detach().double().numpy(), encoder.linear.bias.detach().double().numpy()
+    with torch.no_grad():
+        got = encoder(torch.from_numpy(obs))
+    np.testing.assert_allclose(got.numpy(), np.maximum(x.reshape(2, -1) @ w.T + b, 0.0), rtol=1e-4, atol=1e-5)
+
+
+def test_large_images_are_downsampled_and_boards_are_not() -> None:
+    atari = make_encoder(grid_spec((4, 84, 84)), ModelSection())
+    assert atari.conv_output_shape == (16, 20, 20)  # 84 -> 41 -> 20
+    screen = make_encoder(grid_spec((3, 280, 480)), ModelSection())  # PettingZoo's cooperative_pong_v6
+    assert screen.conv_output_shape == (16, 69, 119) and screen.linear.in_features == 16 * 69 * 119
+    assert make_encoder(grid_spec((2, 32, 40)), ModelSection()).conv_output_shape == (16, 28, 36)  # no stride
+
+
 def test_cnn_shapes_for_the_built_in_grids() -> None:
     grid = make_encoder(GRID, ModelSection())
     assert grid.conv_output_shape == (16, 7, 7)
