@@ -35,13 +35,15 @@ trap stop INT TERM
 # and the command exits with the host's code. A host stopped by SIGINT or SIGTERM (130, 143) is not a failure: the
 # same signal stops the learner.
 host_rc=
+host_failed=
 while kill -0 "$learner" 2>/dev/null; do
   if [ -z "$host_rc" ] && ! kill -0 "$actors" 2>/dev/null; then
     host_rc=0
     wait "$actors" || host_rc=$?
     case "$host_rc" in
       0|130|143) ;;
-      *) echo "train_local: the actor host exited $host_rc (its reason is above); stopping the learner" >&2
+      *) host_failed=$host_rc
+         echo "train_local: the actor host exited $host_rc (its reason is above); stopping the learner" >&2
          kill -TERM "$learner" 2>/dev/null || true ;;
     esac
   fi
@@ -59,7 +61,4 @@ kill -TERM "$actors" 2>/dev/null || true
 wait "$actors" 2>/dev/null || true
 trap - INT TERM
 echo "train_local: learner exited $rc after ${SECONDS} s wall-clock (setup and start-up included)"
-case "${host_rc:-0}" in
-  0|130|143) exit "$rc" ;;
-  *) exit "$host_rc" ;;
-esac
+exit "${host_failed:-$rc}"

@@ -308,8 +308,8 @@ def measure_pipeline(config: RunConfig, workers: int, seconds: float, warmup_s: 
     drain.start()
     python = [sys.executable] + (["-m", "cProfile", "-o", profile] if profile else [])
     policy_args = ["--null-policy"] if policy == "null" else ["--device", actor_device]
-    host_args = (["--hosts", str(host_processes)] if host_processes > 1 else []) + (
-        ["--worker-nice", str(worker_nice)] if worker_nice else [])
+    host_args = ["--hosts", str(host_processes)] if host_processes > 1 else []
+    host_args += ["--worker-nice", str(worker_nice)]
     host = subprocess.Popen(python + ["-m", "actors", "--n", str(workers), *host_args, *policy_args, "--learner",
                              f"tcp://127.0.0.1:{control_port}"], cwd=REPO, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
