@@ -86,6 +86,20 @@ class LoopState:
     """The env error the last heartbeat carried (each new one goes to the learner once)."""
     next_control_check: float = 0.0
     """Monotonic time the control and weights sockets are next read even if the poll did not mark them."""
+    unsent: UnsentRows | None = None
+    """A ROWS message the data socket refused (its learner rank went away after the socket said it had room)."""
+
+
+@dataclass(frozen=True, slots=True)
+class UnsentRows:
+    """A built ROWS message that waits for the data socket, and what it counts once sent."""
+
+    message: Message
+    """The message, rows and report fields in it."""
+    report: RowsReport
+    """The report its fields came from (the host metrics count it when it goes out)."""
+    rows: int
+    """Rows it carries."""
 
 
 class ActorHost:
@@ -253,9 +267,9 @@ class ActorHost:
             self.stepper.act(batch, self.state.report, wake=self.workers.wake)
 
     def _ship_rows(self, now: float) -> None:
-        """Send full rows in blocks while the data socket has room."""
-        report, rows_per_message = self.state.report, self.sizing.rows
-        while True:
+        """Send full rows in blocks while the data socket has room; a block it refused goes first next turn."""
+        rows_per_message = self.sizing.rows
+        while self._send_unsent():
             full = self.assembler.full_rows()
             due = full >= rows_per_message or (full > 0 and now - self.state.last_flush > FLUSH_AFTER_S)
             if not due:
@@ -263,15 +277,27 @@ class ActorHost:
             if not self.link.can_send_rows():
                 self.metrics.send_blocked.inc()
                 return
+            report = self.state.report
             wait_s, step_s = self.workers.read_clocks()
             report.worker_wait_s += wait_s
             report.worker_step_s += step_s
             rows = self.assembler.pop_full(rows_per_message)
             arrays = self.assembler.gather(rows)
             self.assembler.release(rows)
-            nbytes = self.link.send_rows(Message(type=MessageType.ROWS, sender=self.link.name,
-                                                 version=self.inference.version, fields=report.fields(len(rows)),
-                                                 arrays=arrays))
-            self.metrics.rows_shipped(report, rows=len(rows), nbytes=nbytes)
-            report.clear()
+            message = Message(type=MessageType.ROWS, sender=self.link.name, version=self.inference.version,
+                              fields=report.fields(len(rows)), arrays=arrays)
+            self.state.unsent = UnsentRows(message=message, report=report.take(), rows=len(rows))
             self.state.last_flush = now
+
+    def _send_unsent(self) -> bool:
+        """Send the block built last if it has not gone; whether the data socket took it (True: none waits)."""
+        unsent = self.state.unsent
+        if unsent is None:
+            return True
+        nbytes = self.link.send_rows(unsent.message)
+        if nbytes is None:
+            self.metrics.send_blocked.inc()
+            return False
+        self.metrics.rows_shipped(unsent.report, rows=unsent.rows, nbytes=nbytes)
+        self.state.unsent = None
+        return True

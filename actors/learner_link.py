@@ -409,14 +409,20 @@ class LearnerLink:
         """True when the data socket will take a message without blocking."""
         return self.data is not None and bool(self.data.poll(0, zmq.POLLOUT))
 
-    def send_rows(self, message: Message) -> int:
-        """Queue one ROWS message (call can_send_rows first), with this registration's token in its fields;
-        returns its size in bytes."""
+    def send_rows(self, message: Message) -> int | None:
+        """Queue one ROWS message, with this registration's token in its fields; returns its size in bytes, or None
+        when the data socket took nothing (no learner rank connected, or every one's queue full).
+
+        Never blocks: a rank that stops between ``can_send_rows`` and this call leaves a socket with no peer, and a
+        blocking send would wait for one forever (deaf to SIGTERM, which only sets the stop flag)."""
         assert self.data is not None
         if self.token is not None:
             message = dataclasses.replace(message, fields={**message.fields, "token": self.token})
         frames = encode(message)
-        self.data.send_multipart(frames, copy=False)
+        try:
+            self.data.send_multipart(frames, copy=False, flags=zmq.NOBLOCK)
+        except zmq.Again:  # only the first frame can be refused: ZeroMQ takes the rest of a message it started
+            return None
         return sum(memoryview(frame).nbytes for frame in frames)
 
     def close_streams(self) -> None:

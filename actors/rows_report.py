@@ -3,7 +3,7 @@ episodes that ended and the timing of its inference step and workers. Cleared af
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from protocol.rows import HOST_STATS, STEP_COUNTS
@@ -51,6 +51,12 @@ class RowsReport:
         self.stats = {name: [] for name in self.stats}
         self.inference_batches = self.inference_agents = 0
         self.inference_s = self.act_s = self.worker_wait_s = self.worker_step_s = 0.0
+
+    def take(self) -> "RowsReport":
+        """What was counted so far, as a report of its own; this one starts counting afresh."""
+        taken = replace(self)  # clear() rebinds the lists and dicts, so ``taken`` keeps its own
+        self.clear()
+        return taken
 
     def host_stats(self) -> dict[str, float]:
         """The timing counters as the ROWS message's ``host_stats`` field."""

@@ -14,7 +14,7 @@ import pytest
 import zmq
 
 from actors.learner_link import LearnerLink, Registration
-from protocol import Limits, encode
+from protocol import Limits, Message, MessageType, decode, encode
 from protocol.curve import load_client_curve
 from protocol.endpoints import parse_endpoint
 from protocol.same_machine import (IpcRoute, bind_ipc, data_ipc_path, file_identity, ipc_routes, machine_identity,
@@ -166,6 +166,41 @@ def test_the_link_connects_rows_over_ipc_when_the_learner_offers_it_and_tcp_othe
                                        ipc_routes={"tcp://*:12": route.endpoint}), hwm=2, buffer_bytes=65536)
         assert link.resolve("tcp://*:12") == route.endpoint and link.resolve("tcp://*:10") == "tcp://127.0.0.1:10"
         assert capsys.readouterr().out == f"actors: rows go to the learner over {route.endpoint} (same machine)\n"
+    finally:
+        link.close()
+        learner.close(linger=0)
+        remove_ipc_file(route)
+        context.term()
+
+
+@pytest.mark.timeout(20)
+def test_rows_for_a_rank_that_went_away_after_the_socket_said_it_had_room_are_refused_not_waited_for(short_dir):
+    """A learner rank stops between ``can_send_rows`` and ``send_rows``: the socket has no peer left, and a blocking
+    send would wait for one forever (the host then ignores SIGTERM; a Slurm job's host hung so). The send returns
+    None at once; the rows go out once a rank is back."""
+    context = zmq.Context()
+    learner = context.socket(zmq.PULL)
+    route = bind_ipc(learner, data_ipc_path(os.getpid(), 0, short_dir))
+    assert route is not None
+    link = LearnerLink(parse_endpoint("tcp://127.0.0.1:9", "--learner"), num_workers=1, limits=Limits())
+    data_endpoint = "tcp://127.0.0.1:10"
+    rows = Message(type=MessageType.ROWS, sender=link.name, fields={
+        "num_rows": 0, "episode_returns": [], "episode_lengths": [], "env_steps": 0, "agent_steps": 0})
+    try:
+        link.open_streams(Registration(config={}, run_id="r", version=0, weights={}, data_port=10, weights_port=11,
+                                       data_endpoint=data_endpoint,
+                                       ipc_routes=ipc_routes({data_endpoint: route.to_field()},
+                                                             machine=machine_identity())),
+                          hwm=2, buffer_bytes=65536)
+        assert wait_for(link.can_send_rows, 5)
+        learner.close(linger=0)  # the rank stops after the host saw room
+        assert wait_for(lambda: not link.can_send_rows(), 5)
+        assert link.send_rows(rows) is None
+        learner = context.socket(zmq.PULL)  # the rank is back at the same address
+        learner.bind(route.endpoint)
+        assert wait_for(link.can_send_rows, 5)
+        assert link.send_rows(rows) is not None
+        assert learner.poll(5000) and decode(learner.recv_multipart()).type is MessageType.ROWS
     finally:
         link.close()
         learner.close(linger=0)

@@ -174,6 +174,18 @@ def test_host_metrics_follow_shipped_reports_and_keep_restarts_across_a_rebuild(
     assert got[("sluice_actor_message_bytes_count", ())] == 1
 
 
+def test_a_taken_report_keeps_what_was_counted_while_the_host_counts_afresh():
+    """A message the data socket refused waits with its report; the host goes on counting into the same object."""
+    report = RowsReport.for_stats(("score",))
+    report.env_steps, report.returns, report.stats["score"], report.worker_wait_s = 5, [1.0], [2.0], 0.25
+    taken = report.take()
+    report.env_steps += 1
+    report.returns.append(3.0)
+    report.stats["score"].append(4.0)
+    assert (taken.env_steps, taken.returns, taken.stats, taken.worker_wait_s) == (5, [1.0], {"score": [2.0]}, 0.25)
+    assert (report.env_steps, report.returns, report.stats, report.worker_wait_s) == (1, [3.0], {"score": [4.0]}, 0.0)
+
+
 def test_host_metrics_count_inference_steps_by_the_message_or_once_their_array_is_full():
     registry = new_registry("actor_host")
     metrics = HostMetrics(registry)

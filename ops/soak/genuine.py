@@ -142,7 +142,10 @@ class RegisteredSender:
             counts.wait_s += time.monotonic() - started
             if not ready:
                 return False
-        self.data.send_multipart(frames, copy=False)
+        try:  # never blocking: the learner may go away after the poll (a blocking send would wait for it forever)
+            self.data.send_multipart(frames, copy=False, flags=zmq.NOBLOCK)
+        except zmq.Again:
+            return False
         counts.messages += 1
         return True
 
