@@ -28,6 +28,8 @@ MIN_NICE, MAX_NICE = 0, 19
 """The --worker-nice range: what a process may add to its own niceness without privileges (Linux caps it at 19)."""
 DEVICES = ("cpu", "cuda")
 """Values of --device."""
+WORKER_SCHEDULERS = ("batch", "normal")
+"""Values of --worker-scheduler: Linux's SCHED_BATCH or its normal policy (SCHED_OTHER)."""
 
 
 def package_version() -> str:
@@ -77,6 +79,10 @@ def build_parser() -> argparse.ArgumentParser:
                              "Helps envs that step faster than the host decides and records (3-agent gridworld "
                              "on 2 cores: +17%% agent steps/s at 10, +26%% at 19), can cost the cheapest ones "
                              "(CartPole: -10%% at 19); docs/RESULTS.md")
+    parser.add_argument("--worker-scheduler", choices=WORKER_SCHEDULERS, default="batch",
+                        help="the env workers' Linux scheduling policy: batch (the default: a worker the host wakes "
+                             "does not preempt the host on its core; the workers' CPU share stays the same; +4-10%% "
+                             "agent steps/s on 2 cores, docs/RESULTS.md) or normal")
     parser.add_argument("--null-policy", action="store_true",
                         help="benchmark mode: uniformly random (legal) actions instead of the learner's policy, "
                              "no network; rows still stream to the learner (ops/bench/pipeline.py uses it)")
@@ -141,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     from actors.env_failures import EnvFailure
     from actors.learner_link import LearnerRefused
     from actors.pool_client import PoolError
+    from actors.worker import WorkerPriority
     from configs.loader import ConfigError
     from configs.plan import PlanError
     from envs.errors import EnvConfigError
@@ -151,7 +158,9 @@ def main(argv: list[str] | None = None) -> int:
                      "--device out to run the policy on the CPU")
     options = wiring.HostOptions(learner=endpoint, num_workers=args.n, null_policy=args.null_policy, pool=pool,
                                  curve=curve, metrics_host=args.metrics_host, metrics_port=args.metrics_port,
-                                 device=args.device, worker_nice=args.worker_nice)
+                                 device=args.device,
+                                 worker_priority=WorkerPriority(nice=args.worker_nice,
+                                                                batch=args.worker_scheduler == "batch"))
     try:
         wiring.run_host(options, stop)
         return stop.exit_code()

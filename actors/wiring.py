@@ -40,6 +40,7 @@ from actors.stepper import GroupStepper
 from actors.stop_flag import StopFlag
 from actors.team_inference import TeamInference
 from actors.team_stepper import TeamStepper
+from actors.worker import WorkerPriority
 from actors.worker_pool import WorkerPool
 from configs.loader import ConfigError, config_from_dict
 from configs.plan import make_plan
@@ -76,8 +77,8 @@ class HostOptions:
     """Its port (0: a free one); the learner learns it at registration and serves it to Prometheus."""
     device: str = "cpu"
     """Where the host's policy runs its batched forward passes: cpu or cuda (self-play opponents stay on the CPU)."""
-    worker_nice: int = 0
-    """Niceness the env workers add to their own (0-19): above 0 the host and a learner here get the CPU first."""
+    worker_priority: WorkerPriority = WorkerPriority()
+    """How the env workers give the CPU to the host: added niceness (0-19), SCHED_BATCH."""
 
 
 def run_host(options: HostOptions, stop: StopFlag) -> int:
@@ -197,7 +198,7 @@ def build_host(registration: Registration, link: LearnerLink, *, options: HostOp
     workers = resources.enter_context(WorkerPool(env_config=config.env, env_spec=spec, layout=layout,
                                                  seed=config.run.seed * 7919 + os.getpid() * 31, poller=poller,
                                                  stop=stop, on_restart=stepper.forget_worker,
-                                                 worker_nice=options.worker_nice))
+                                                 priority=options.worker_priority))
     policy = ", null policy (uniform random actions)" if options.null_policy else f", policy on {options.device}"
     print(f"actors: {layout.workers} workers x {layout.envs_per_worker} envs ({layout.groups} groups) of "
           f"{config.env.name}{policy}, up to {sizing.rows} rows per message, learner {options.learner.url} "

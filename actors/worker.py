@@ -37,6 +37,29 @@ MAX_RESTARTS_IN_A_ROW = 3
 
 
 @dataclass(frozen=True, kw_only=True)
+class WorkerPriority:
+    """How an env worker gives the CPU to the host that feeds it (``python -m actors --worker-nice``,
+    ``--worker-scheduler``); applied at the worker's start, so respawned workers keep it."""
+
+    nice: int = 0
+    """Niceness the worker adds to its own: above 0 the host, and a learner on the same machine, get the CPU first
+    when the cores are all busy (a smaller share of the CPU for the workers)."""
+    batch: bool = True
+    """Linux's SCHED_BATCH policy: a worker the host's wake makes runnable does not preempt the process running on
+    that core (the host finishing its turn); its share of the CPU stays the same."""
+
+    def apply(self) -> None:
+        """Set both on the calling process (SCHED_BATCH only where the OS has it)."""
+        if self.nice:
+            os.nice(self.nice)
+        if self.batch and hasattr(os, "SCHED_BATCH"):
+            try:
+                os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
+            except OSError:  # a sandbox that filters the call: the worker runs as before, only a little slower
+                pass
+
+
+@dataclass(frozen=True, kw_only=True)
 class WorkerSpec:
     """Everything a worker needs, passed once at spawn."""
 
@@ -52,9 +75,8 @@ class WorkerSpec:
     """The host's shared-memory segment (``SlotSegment``), which holds this worker's groups."""
     seed: int
     """Base seed for this worker's envs."""
-    nice: int = 0
-    """Niceness the worker adds to its own at start (``python -m actors --worker-nice``): above 0 the host that
-    feeds it, and a learner on the same machine, get the CPU first when the cores are all busy."""
+    priority: WorkerPriority = WorkerPriority()
+    """How it gives the CPU to the host (set at its start)."""
 
 
 def _die_with_parent() -> None:
@@ -67,8 +89,7 @@ def _die_with_parent() -> None:
 def worker_main(spec: WorkerSpec, conn) -> None:  # conn: multiprocess Connection
     """Process entry point."""
     _die_with_parent()
-    if spec.nice:
-        os.nice(spec.nice)
+    spec.priority.apply()
     channel = WorkerEnd(conn)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the host's to handle
     segment = SlotSegment.attach(spec.shm_name, spec.env_spec, spec.layout)

@@ -41,7 +41,7 @@ from actors.rows_report import RowsReport
 from actors.shm import segment_name
 from actors.slot_layout import GroupView, SlotLayout
 from actors.stop_flag import StopFlag
-from actors.worker import WorkerSpec, worker_main
+from actors.worker import WorkerPriority, WorkerSpec, worker_main
 from actors.worker_channel import MAX_GROUPS, QUIT, STATUS_ENV_RESTARTED, STATUS_FATAL, HostEnd
 from actors.slot_segment import SlotSegment
 from configs.env_config import EnvConfig
@@ -113,7 +113,8 @@ class WorkerPool:
     """``layout.workers`` env workers of ``env_config``, their pipes registered in ``poller``."""
 
     def __init__(self, *, env_config: EnvConfig, env_spec: EnvSpec, layout: SlotLayout, seed: int,
-                 poller: zmq.Poller, stop: StopFlag, on_restart: Callable[[int], None], worker_nice: int = 0) -> None:
+                 poller: zmq.Poller, stop: StopFlag, on_restart: Callable[[int], None],
+                 priority: WorkerPriority = WorkerPriority()) -> None:
         self.layout = layout
         self.poller = poller
         self.stop_flag = stop
@@ -146,7 +147,7 @@ class WorkerPool:
             for w in range(layout.workers):
                 self.workers.append(self._spawn(WorkerSpec(worker_id=w, env=env_config, env_spec=env_spec,
                                                            layout=layout, shm_name=self.segment.name, seed=seed,
-                                                           nice=worker_nice)))
+                                                           priority=priority)))
         except BaseException:
             self.stop()
             raise

@@ -189,3 +189,10 @@ def test_device_names_the_allowed_values(capsys):
         main(["--device", "gpu"])
     assert exit_info.value.code == 2
     assert "argument --device: invalid choice: 'gpu' (choose from 'cpu', 'cuda')" in capsys.readouterr().err
+
+
+def test_worker_scheduler_names_the_allowed_values(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--worker-scheduler", "fifo"])
+    assert exit_info.value.code == 2
+    assert "argument --worker-scheduler: invalid choice: 'fifo' (choose from 'batch', 'normal')" in capsys.readouterr().err

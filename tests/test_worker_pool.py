@@ -18,6 +18,7 @@ from actors.rows_report import RowsReport
 from actors.slot_layout import SlotLayout
 from actors.stop_flag import StopFlag
 from actors import worker_pool
+from actors.worker import WorkerPriority
 from actors.worker_pool import MAX_DEATHS_IN_A_ROW, WorkerPool
 from configs.env_config import EnvConfig
 from envs.builtin.cartpole import CartPoleVec
@@ -40,14 +41,15 @@ def line_of(function, text: str) -> int:
 class Pool:
     """A WorkerPool with its poller and what it reported, pumped like the host's loop does."""
 
-    def __init__(self, env: EnvConfig, *, workers: int = 1, groups: int = 2, worker_nice: int = 0) -> None:
+    def __init__(self, env: EnvConfig, *, workers: int = 1, groups: int = 2,
+                 priority: WorkerPriority = WorkerPriority()) -> None:
         self.poller = zmq.Poller()
         self.restarted: list[int] = []
         self.report = RowsReport()
         self.layout = SlotLayout(workers=workers, groups=groups, envs_per_group=2, agents_per_env=1)
         self.pool = WorkerPool(env_config=env, env_spec=CartPoleVec.SPEC, layout=self.layout, seed=0,
                                poller=self.poller, stop=StopFlag(), on_restart=self.restarted.append,
-                               worker_nice=worker_nice)
+                               priority=priority)
 
     def pump(self, until, *, wake: bool = False, timeout: float = 60) -> None:
         """Collect replies (and, with ``wake``, step every ready group again) until ``until()``."""
@@ -191,22 +193,23 @@ def test_an_env_that_cannot_start_is_fatal_with_its_type_and_line(capfd):
     assert f'File "{faulty_envs.__file__}", line {raised_at}, in reset' in capfd.readouterr().err
 
 
-def niceness(pid: int) -> int:
-    """A process's nice value, from /proc/<pid>/stat."""
+def priority(pid: int) -> tuple[int, int]:
+    """A process's nice value (from /proc/<pid>/stat) and scheduling policy."""
     with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
-        return int(stat.read().rsplit(")", 1)[1].split()[16])
+        return int(stat.read().rsplit(")", 1)[1].split()[16]), os.sched_getscheduler(pid)
 
 
-def test_workers_add_the_asked_niceness_to_the_hosts_and_keep_it_when_respawned() -> None:
-    pool = Pool(native("DiesInStep", die_on=3), workers=2, worker_nice=3)
-    expected = min(19, os.nice(0) + 3)
+@pytest.mark.parametrize("batch", [True, False], ids=["SCHED_BATCH", "SCHED_OTHER"])
+def test_workers_add_the_asked_niceness_and_policy_to_the_hosts_and_keep_them_when_respawned(batch) -> None:
+    pool = Pool(native("DiesInStep", die_on=3), workers=2, priority=WorkerPriority(nice=3, batch=batch))
+    expected = (min(19, os.nice(0) + 3), os.SCHED_BATCH if batch else os.sched_getscheduler(0))
     try:
         pool.pump(lambda: len(pool.pool.ready) == 4)  # both workers started and reset their groups
-        assert [niceness(worker.process.pid) for worker in pool.pool.workers] == [expected, expected]
+        assert [priority(worker.process.pid) for worker in pool.pool.workers] == [expected, expected]
         first_pids = [worker.process.pid for worker in pool.pool.workers]
         pool.pump(lambda: all(worker.restarts >= 1 for worker in pool.pool.workers), wake=True)
         pool.pump(lambda: len(pool.pool.ready) == 4)  # the new lives reset their groups; no step wakes them
         assert [worker.process.pid for worker in pool.pool.workers] != first_pids
-        assert [niceness(worker.process.pid) for worker in pool.pool.workers] == [expected, expected]
+        assert [priority(worker.process.pid) for worker in pool.pool.workers] == [expected, expected]
     finally:
         pool.pool.stop()

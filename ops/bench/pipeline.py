@@ -29,10 +29,11 @@ TCP over loopback; the record names the transport, checked against the connectio
 
 Usage: .venv/bin/python -m ops.bench.pipeline [--envs cartpole grid3 grid24 synthetic20us] [--workers 2]
 [--envs-per-worker N] [--async-factor 1 2] [--seconds 10] [--policy null|model] [--actor-device cpu|cuda]
-[--transport ipc|tcp] [--hosts K] [--worker-nice N]
+[--transport ipc|tcp] [--hosts K] [--worker-nice N] [--worker-scheduler batch|normal]
 
 ``--worker-nice N`` runs the pipeline's env workers at N added niceness (``python -m actors --worker-nice``): the
-host's loop then gets the CPU before them when every core is busy.
+host's loop then gets the CPU before them when every core is busy. ``--worker-scheduler`` sets their Linux
+scheduling policy (``python -m actors --worker-scheduler``; batch, the default, or normal).
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ import numpy as np
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
+from actors.cli import WORKER_SCHEDULERS
 from configs.loader import config_to_dict, load_config
 from configs.plan import make_plan
 from configs.schema import RunConfig
@@ -274,7 +276,8 @@ def _sizing(config: RunConfig, policy: str) -> MessageSizing:
 
 def measure_pipeline(config: RunConfig, workers: int, seconds: float, warmup_s: float = 3.0,
                      profile: str | None = None, policy: str = "null", actor_device: str = "cpu",
-                     transport: str = "ipc", host_processes: int = 1, worker_nice: int = 0) -> dict:
+                     transport: str = "ipc", host_processes: int = 1, worker_nice: int = 0,
+                     worker_scheduler: str = "batch") -> dict:
     """Agent steps/s of a real actor host (``policy`` null: uniform random actions; model: the config's policy, its
     initial weights, on ``actor_device``; rows over ``transport``), and what it reports about inference and its
     workers."""
@@ -309,7 +312,7 @@ def measure_pipeline(config: RunConfig, workers: int, seconds: float, warmup_s: 
     python = [sys.executable] + (["-m", "cProfile", "-o", profile] if profile else [])
     policy_args = ["--null-policy"] if policy == "null" else ["--device", actor_device]
     host_args = ["--hosts", str(host_processes)] if host_processes > 1 else []
-    host_args += ["--worker-nice", str(worker_nice)]
+    host_args += ["--worker-nice", str(worker_nice), "--worker-scheduler", worker_scheduler]
     host = subprocess.Popen(python + ["-m", "actors", "--n", str(workers), *host_args, *policy_args, "--learner",
                              f"tcp://127.0.0.1:{control_port}"], cwd=REPO, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
@@ -397,7 +400,8 @@ def measure_round(record: dict, config: RunConfig, args: argparse.Namespace, rou
     record["load_before_pipeline"] = round(os.getloadavg()[0], 2)
     record.update(measure_pipeline(config, args.workers, args.seconds, profile=args.profile_host,
                                    policy=args.policy, actor_device=args.actor_device, transport=args.transport,
-                                   host_processes=args.hosts, worker_nice=args.worker_nice))
+                                   host_processes=args.hosts, worker_nice=args.worker_nice,
+                                   worker_scheduler=args.worker_scheduler))
     if not args.pipeline_only:
         record["pipeline_over_raw"] = round(record["pipeline_agent_steps_per_s"] / record["raw_agent_steps_per_s"], 3)
         record["target"] = TARGETS.get(record["env"])
@@ -435,6 +439,8 @@ def main() -> None:
                              "figures then sum them, and one host's max agent steps/s is per host process")
     parser.add_argument("--worker-nice", type=int, default=0, metavar="N",
                         help="the pipeline's env workers run at this added niceness (python -m actors --worker-nice)")
+    parser.add_argument("--worker-scheduler", choices=WORKER_SCHEDULERS, default="batch",
+                        help="the pipeline's env workers' scheduling policy (python -m actors --worker-scheduler)")
     parser.add_argument("--profile-host", metavar="PATH", default=None,
                         help="run the actor host under cProfile, writing PATH (read it with python -m pstats)")
     args = parser.parse_args()
@@ -451,7 +457,8 @@ def main() -> None:
                       "envs_per_worker": plan.envs_per_worker, "async_factor": async_factor,
                       "forward_pass_minibatch_target_size": config.trainer.forward_pass_minibatch_target_size,
                       "bptt_horizon": config.trainer.bptt_horizon, "seconds": args.seconds,
-                      "host_processes": args.hosts, "worker_nice": args.worker_nice, "policy": args.policy,
+                      "host_processes": args.hosts, "worker_nice": args.worker_nice,
+                      "worker_scheduler": args.worker_scheduler, "policy": args.policy,
                       "actor_device": args.actor_device,
                       "transport": args.transport,
                       "overrides": args.overrides, "rows_per_message": _sizing(config, args.policy).rows,
