@@ -10,13 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from safetensors.numpy import load_file
 from torch import nn
 
 from configs.schema import RunConfig
 from envs.base import EnvSpec
 from envs.registry import env_spec
-from learner.run.checkpoint import PREFIX, list_checkpoints
+from learner.run.checkpoint import PREFIX, list_checkpoints, read_checked_tensors
+from learner.run.checkpoint_integrity import CheckpointDamaged, verify_manifest
 from learner.run.run_dir import RunDirError, read_run_config
 from policies.factory import load_state_arrays, make_policy
 
@@ -66,7 +66,9 @@ def load_policy(run_dir: Path | str, checkpoint: int | None = None) -> LoadedPol
     """The policy of ``run_dir`` at checkpoint ``checkpoint`` (an update number; None: the newest).
 
     Raises ``LoadPolicyError`` for a missing run directory or config.yaml, a run without checkpoints, an absent
-    checkpoint (naming the available ones), a checkpoint without ``model.safetensors``, or a COMA run.
+    checkpoint (naming the available ones), a checkpoint without ``model.safetensors``, a damaged one (its manifest
+    does not match its files, or its weights are cut or not finite: naming the file, and the other checkpoints), or
+    a COMA run.
     """
     run_dir = Path(run_dir)
     try:
@@ -81,8 +83,15 @@ def load_policy(run_dir: Path | str, checkpoint: int | None = None) -> LoadedPol
     weights = path / MODEL_FILE
     if not weights.is_file():
         raise LoadPolicyError(f"checkpoint {path} has no {MODEL_FILE}")
+    try:
+        verify_manifest(path)
+        arrays = read_checked_tensors(weights)
+    except CheckpointDamaged as err:
+        others = ", ".join(str(checkpoint_update(p)) for p in list_checkpoints(run_dir) if p != path) or "none"
+        raise LoadPolicyError(f"checkpoint {path} is damaged: {err}; pick another with --checkpoint N "
+                              f"(the others: {others})") from err
     spec = env_spec(config.env)
     policy = make_policy(spec, config.model)
-    load_state_arrays(policy, load_file(str(weights)))
+    load_state_arrays(policy, arrays)
     policy.eval()
     return LoadedPolicy(policy=policy, spec=spec, config=config, update=checkpoint_update(path))

@@ -12,10 +12,12 @@ import numpy as np
 import pytest
 import torch
 import yaml
+from safetensors.numpy import load_file, save_file
 
 from configs.loader import config_to_dict, load_config
 from envs.registry import env_spec
-from learner.run.checkpoint import LearnedState, TrainerState, save_checkpoint
+from learner.run.checkpoint import LearnedState, TrainerState, list_checkpoints, save_checkpoint
+from learner.run.checkpoint_integrity import MANIFEST, write_manifest
 from evaluation.evaluate import main
 from evaluation.load_policy import LoadPolicyError, load_policy
 from policies.factory import make_policy
@@ -183,3 +185,37 @@ def test_mode_is_the_most_probable_legal_action() -> None:
     mask = torch.tensor([[1, 1, 1], [1, 0, 1]], dtype=torch.uint8)
     assert distribution.mode(params, mask).tolist() == [1, 2]
     assert distribution.mode(params, mask).dtype == torch.int32
+
+
+def damage(checkpoint: Path, how: str) -> None:
+    """Damage a checkpoint's weights as a disk or a copy would: a changed byte (the manifest catches it), a cut file
+    of a checkpoint written before manifests, or NaN weights behind a manifest that matches them."""
+    weights = checkpoint / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    if how == "changed byte":
+        data[-1] ^= 0xFF
+        weights.write_bytes(bytes(data))
+    elif how == "cut, no manifest":
+        (checkpoint / MANIFEST).unlink()
+        weights.write_bytes(bytes(data[: len(data) // 2]))
+    else:
+        arrays = {name: np.full_like(array, np.nan) for name, array in load_file(str(weights)).items()}
+        save_file(arrays, str(weights))
+        write_manifest(checkpoint)
+
+
+@pytest.mark.parametrize("how, reason", [
+    ("changed byte", "model.safetensors: sha256 mismatch"),
+    ("cut, no manifest", "model.safetensors: not a readable safetensors file"),
+    ("NaN weights", "model.safetensors: tensor "),
+])
+def test_a_damaged_checkpoint_is_one_line_naming_the_file_and_the_other_checkpoints(cartpole_run: Path, capsys,
+                                                                                    how: str, reason: str) -> None:
+    newest = list_checkpoints(cartpole_run)[-1]
+    damage(newest, how)
+    code, out, err = evaluate(capsys, "--run-dir", str(cartpole_run))
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert err.startswith(f"python -m evaluation.evaluate: error: checkpoint {newest} is damaged: {reason}"), err
+    assert how != "NaN weights" or "holds NaN or inf values" in err
+    assert err.strip().endswith("pick another with --checkpoint N (the others: 3)"), err
+    assert evaluate(capsys, "--run-dir", str(cartpole_run), "--checkpoint", "3", "--episodes", "1")[0] == 0

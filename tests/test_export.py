@@ -360,3 +360,15 @@ def test_module_runs_as_a_command(cartpole_run: Path, tmp_path: Path) -> None:
                               "--format", "torchscript"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert missing.returncode == 2
     assert missing.stderr == f"{PROG}: error: run directory {tmp_path / 'nope'} does not exist\n"
+
+
+def test_a_damaged_checkpoint_is_a_usage_error_naming_the_file(cartpole_run: Path, capsys) -> None:
+    newest = cartpole_run / "checkpoints" / "update_00000005"
+    weights = newest / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[:-1] + bytes([data[-1] ^ 0xFF]))  # a byte the manifest's sha256 no longer matches
+    code, out, err = export(capsys, "--run-dir", str(cartpole_run), "--format", "torchscript")
+    assert code == 2 and out == ""
+    assert one_line_error(err) == (f"checkpoint {newest} is damaged: model.safetensors: sha256 mismatch; pick another "
+                                   f"with --checkpoint N (the others: 3)")
+    assert not (cartpole_run / "export").exists()

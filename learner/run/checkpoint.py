@@ -131,7 +131,7 @@ def load_checkpoint(path: Path) -> Checkpoint:
     modules: dict[str, dict[str, torch.Tensor]] = {}
     optimizers: dict[str, dict[str, Any]] = {}
     for file in sorted(path.glob("*.safetensors")):
-        arrays = _read_tensors(file)
+        arrays = read_checked_tensors(file)
         meta_file = file.with_suffix(".json")
         if meta_file.exists():
             optimizers[file.stem] = _optimizer_state(arrays, read_json(meta_file), meta_file.name)
@@ -142,8 +142,8 @@ def load_checkpoint(path: Path) -> Checkpoint:
     return Checkpoint(trainer_state=state, learned=LearnedState(modules=modules, optimizers=optimizers))
 
 
-def _read_tensors(file: Path) -> dict[str, np.ndarray]:
-    """A safetensors file's arrays, checked to be readable and finite."""
+def read_checked_tensors(file: Path) -> dict[str, np.ndarray]:
+    """A safetensors file's arrays, checked to be readable and finite (CheckpointDamaged naming the file if not)."""
     try:
         arrays = load(file.read_bytes())
     except SafetensorError as err:
