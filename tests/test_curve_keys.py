@@ -185,7 +185,7 @@ def _run(module: str, *args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.integration
-def test_strict_keys_refuses_an_open_secret_key_in_both_clis(keys, tmp_path):
+def test_strict_keys_refuses_an_open_secret_key_in_every_cli(keys, tmp_path):
     os.chmod(keys / "server.key_secret", 0o640)
     learner = _run("learner", "--run-dir", str(tmp_path / "run"), "--strict-keys",
                    "--curve-secret-key", str(keys / "server.key_secret"),
@@ -202,6 +202,12 @@ def test_strict_keys_refuses_an_open_secret_key_in_both_clis(keys, tmp_path):
     assert actors.stderr == (f"python -m actors: error: client secret key file {str(keys / 'lax.key_secret')!r} has "
                              f"mode 0604, open to group or others: run chmod 600 {keys / 'lax.key_secret'} (refused "
                              f"under --strict-keys)\n")
+    pool = _run("learner.pool.server", "--run-dir", str(tmp_path / "run"), "--strict-keys",
+                "--curve-secret-key", str(keys / "server.key_secret"), "--curve-allowed-clients", str(keys / "allowed"))
+    assert pool.returncode == 2
+    assert pool.stderr == (f"python -m learner.pool.server: error: server secret key file "
+                           f"{str(keys / 'server.key_secret')!r} has mode 0640, open to group or others: run "
+                           f"chmod 600 {keys / 'server.key_secret'} (refused under --strict-keys)\n")
 
 
 def _link(keys, port, name, *, server_key="server.key") -> LearnerLink:

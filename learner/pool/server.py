@@ -225,6 +225,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="CURVE: directory of allowed actor hosts' public .key files")
     parser.add_argument("--insecure", action="store_true",
                         help="allow binding beyond loopback without CURVE (no encryption, no authentication)")
+    parser.add_argument("--strict-keys", action="store_true",
+                        help="refuse to start when the secret key file can be read by group or others "
+                             "(default: a warning; chmod 600 it), as the learner and the actor hosts do")
     add_metrics_options(parser, port_default=None, port_help="port of the Prometheus /metrics (default: the --bind "
                                                              "port + 1; 0: a free port)")
     args = parser.parse_args(argv)
@@ -236,7 +239,8 @@ def main(argv: list[str] | None = None) -> int:
         curve = server_curve_for(bind, secret_key=args.curve_secret_key,
                                  allowed_clients=args.curve_allowed_clients, insecure=args.insecure,
                                  who="the pool server",
-                                 key_options="--curve-secret-key FILE --curve-allowed-clients DIR")
+                                 key_options="--curve-secret-key FILE --curve-allowed-clients DIR",
+                                 strict_keys=args.strict_keys)
     except (ValueError, CurveKeyError, InsecureEndpointError) as err:
         print(f"python -m learner.pool.server: error: {err}", file=sys.stderr)
         return 2
