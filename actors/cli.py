@@ -81,8 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "(CartPole: -10%% at 19); docs/RESULTS.md")
     parser.add_argument("--worker-scheduler", choices=WORKER_SCHEDULERS, default="batch",
                         help="the env workers' Linux scheduling policy: batch (the default: a worker the host wakes "
-                             "does not preempt the host on its core; the workers' CPU share stays the same; +4-10%% "
-                             "agent steps/s on 2 cores, docs/RESULTS.md) or normal")
+                             "does not preempt the host on its core; the workers' CPU share stays the same; on 2 cores "
+                             "+5-12%% agent steps/s on the gridworlds, +22-28%% on CartPole, docs/RESULTS.md) or "
+                             "normal")
     parser.add_argument("--null-policy", action="store_true",
                         help="benchmark mode: uniformly random (legal) actions instead of the learner's policy, "
                              "no network; rows still stream to the learner (ops/bench/pipeline.py uses it)")
