@@ -68,6 +68,18 @@ def describe_config_change(old: dict[str, Any], new: dict[str, Any]) -> str:
     return ", ".join(differences[:MAX_KEYS_SHOWN]) + (f" and {more} more" if more > 0 else "")
 
 
+@dataclass(frozen=True, slots=True)
+class UnsentRows:
+    """A built ROWS message that waits for the data socket, and what it counts once sent."""
+
+    message: Message
+    """The message, rows and report fields in it."""
+    report: RowsReport
+    """The report its fields came from (the host metrics count it when it goes out)."""
+    rows: int
+    """Rows it carries."""
+
+
 @dataclass(kw_only=True)
 class LoopState:
     """What the host's loop carries from one iteration to the next."""
@@ -88,18 +100,6 @@ class LoopState:
     """Monotonic time the control and weights sockets are next read even if the poll did not mark them."""
     unsent: UnsentRows | None = None
     """A ROWS message the data socket refused (its learner rank went away after the socket said it had room)."""
-
-
-@dataclass(frozen=True, slots=True)
-class UnsentRows:
-    """A built ROWS message that waits for the data socket, and what it counts once sent."""
-
-    message: Message
-    """The message, rows and report fields in it."""
-    report: RowsReport
-    """The report its fields came from (the host metrics count it when it goes out)."""
-    rows: int
-    """Rows it carries."""
 
 
 class ActorHost:

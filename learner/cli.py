@@ -38,7 +38,7 @@ from configs.rank_plan import make_rank_plan, torchrun_world_size
 from configs.schema import RunConfig
 from protocol.message_memory import keep_freed_memory
 from protocol.curve import ServerCurve
-from protocol.bind_rule import InsecureEndpointError
+from protocol.bind_rule import STRICT_SERVER_KEYS_HELP, InsecureEndpointError
 from protocol.curve import CurveKeyError
 from learner.run.checkpoint import TrainerState
 from learner.run.resume_point import NoIntactCheckpoint, ResumePoint, pick_checkpoint
@@ -108,9 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     security.add_argument("--insecure", action="store_true",
                           help="allow binding beyond loopback without CURVE: no encryption, no authentication "
                                "(warns on every start)")
-    security.add_argument("--strict-keys", action="store_true",
-                          help="refuse to start when the secret key file can be read by group or others "
-                               "(default: a warning; chmod 600 it)")
+    security.add_argument("--strict-keys", action="store_true", help=STRICT_SERVER_KEYS_HELP)
     pool = parser.add_argument_group("self-play opponent pool (per-env geometric sampling of past snapshots; shorthands for --set selfplay.KEY=VALUE)")
     pool.add_argument("--per-env-opponent-sampling", action="store_true",
                       help="self-play with every env drawing its own opponent (selfplay.enabled and "

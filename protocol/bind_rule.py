@@ -16,6 +16,9 @@ from .endpoints import Endpoint
 __all__ = ["InsecureEndpointError", "client_curve_for", "server_curve_for"]
 
 MAKE_KEYS = "make them with python -m protocol.keys (docs/OPERATIONS.md, Multi-host)"
+STRICT_SERVER_KEYS_HELP = ("refuse to start when the secret key file can be read by group or others "
+                           "(default: a warning; chmod 600 it)")
+"""--strict-keys of a CLI that serves with a CURVE secret key (the learner, the pool server)."""
 
 
 class InsecureEndpointError(ValueError):

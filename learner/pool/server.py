@@ -36,7 +36,7 @@ from configs.baselines import BASELINE_DIGEST_PREFIX
 from learner.pool.store import SnapshotStore, SnapshotStoreError, sample_baselines, sample_opponents
 from learner.pool.metrics import PoolMetrics
 from protocol import Limits, Message, MessageType, ProtocolError, decode, encode
-from protocol.bind_rule import InsecureEndpointError, server_curve_for
+from protocol.bind_rule import STRICT_SERVER_KEYS_HELP, InsecureEndpointError, server_curve_for
 from protocol.curve import CurveKeyError, ServerCurve, ZapGuard
 from protocol.endpoints import parse_endpoint
 from telemetry.exporter import MetricsBindError, MetricsEndpoint
@@ -225,9 +225,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="CURVE: directory of allowed actor hosts' public .key files")
     parser.add_argument("--insecure", action="store_true",
                         help="allow binding beyond loopback without CURVE (no encryption, no authentication)")
-    parser.add_argument("--strict-keys", action="store_true",
-                        help="refuse to start when the secret key file can be read by group or others "
-                             "(default: a warning; chmod 600 it), as the learner and the actor hosts do")
+    parser.add_argument("--strict-keys", action="store_true", help=STRICT_SERVER_KEYS_HELP)
     add_metrics_options(parser, port_default=None, port_help="port of the Prometheus /metrics (default: the --bind "
                                                              "port + 1; 0: a free port)")
     args = parser.parse_args(argv)
