@@ -21,6 +21,7 @@ import numba
 import numpy as np
 from numba import literal_unroll
 
+from actors.prefetch import prefetch_for_write
 from protocol.rows import ROW_FIELDS, RowField, RowLayout
 
 # Ring bookkeeping lives in one int64[4] array so kernels can update it in place.
@@ -29,6 +30,20 @@ _FREE_HEAD, _FREE_COUNT, _FULL_HEAD, _FULL_COUNT = 0, 1, 2, 3
 _FREE, _WRITING, _FULL, _SHIPPED = 0, 1, 2, 3
 # Kernel error codes.
 _ERR_NO_FREE, _ERR_BAD_AGENT, _ERR_DUP_AGENT, _ERR_BAD_ROW = -1, -2, -3, -4
+
+
+_CACHE_LINE_BYTES = 64
+"""Bytes per cache line (x86-64 and most ARM cores): the step between prefetched addresses."""
+_PREFETCH_AHEAD = 4
+"""Steps between the one being copied and the one whose destination is prefetched (ops/bench/assembler_copy.py)."""
+
+
+@numba.njit(cache=True)
+def _prefetch_value(buffer, row, t, width, line):
+    """Prefetch the cache lines of ``buffer[row, t, :width]`` (``line`` elements per line) for writing."""
+    for k in range(0, width, line):
+        prefetch_for_write(buffer, row, t, k)
+    prefetch_for_write(buffer, row, t, width - 1)  # the last line, when the value does not start on a line
 
 
 @numba.njit(cache=True)
@@ -42,7 +57,12 @@ def _copy_steps(values, buffer, dest, n):
             if dest[i, 2] >= 0:
                 buffer[dest[i, 2], 0, 0] = src[i, 0]
         return
+    line = max(1, _CACHE_LINE_BYTES // buffer.itemsize)  # elements per cache line
+    for i in range(min(_PREFETCH_AHEAD, n)):
+        _prefetch_value(buffer, dest[i, 0], dest[i, 1], width, line)
     for i in range(n):
+        if i + _PREFETCH_AHEAD < n:  # the rows are scattered: ask for a later step's lines while this one copies
+            _prefetch_value(buffer, dest[i + _PREFETCH_AHEAD, 0], dest[i + _PREFETCH_AHEAD, 1], width, line)
         row, t, new = dest[i, 0], dest[i, 1], dest[i, 2]
         for k in range(width):
             buffer[row, t, k] = src[i, k]
@@ -183,6 +203,21 @@ class _Buffer:
     """The kernel's input when a field of width 0 is left out ([0, 0]: never read)."""
 
 
+@dataclass(frozen=True, kw_only=True)
+class StagedSteps:
+    """Reused inputs of ``RowAssembler.add_staged``: the caller writes one call's steps into the first rows of
+    ``arrays`` in place (no allocation, no per-call checks); they hold the fields' poison values until written."""
+
+    capacity: int
+    """Steps one call records at most."""
+    arrays: dict[str, np.ndarray]
+    """Field name -> [capacity, *value_shape] in the field's dtype, for every input field of width > 0."""
+    step_pairs: tuple
+    """The kernel's (input, buffer) pairs of the per-step fields, over ``arrays``."""
+    row_pairs: tuple
+    """The kernel's (input, buffer) pairs of the per-row fields, over ``arrays``."""
+
+
 class RowAssembler:
     """Fixed pool of ``num_rows`` rows of ``horizon`` steps, cycled through FREE and FULL rings."""
 
@@ -277,6 +312,36 @@ class RowAssembler:
                         rewards=rewards, dones=dones, bootstrap=bootstrap, states=states, action_masks=action_masks,
                         **more)
 
+    def stage(self, capacity: int) -> "StagedSteps":
+        """Reused input arrays for ``add_staged`` calls of up to ``capacity`` steps, built and checked once."""
+        if capacity < 1:
+            raise ValueError(f"capacity must be >= 1, got {capacity}")
+        by_name = {f.name: f for f in ROW_FIELDS}
+        arrays: dict[str, np.ndarray] = {}
+        step_pairs, row_pairs = [], []
+        for buffer in self._buffers:
+            if buffer.name == VERSIONS:
+                source = self._version_in
+            elif buffer.width:
+                source = arrays[buffer.name] = np.full((capacity, *buffer.value_shape),
+                                                       self.layout.poison(by_name[buffer.name]), dtype=buffer.dtype)
+            else:
+                source = buffer.no_input
+            (step_pairs if buffer.per_step else row_pairs).append((source, buffer.flat))
+        return StagedSteps(capacity=capacity, arrays=arrays, step_pairs=tuple(step_pairs),
+                           row_pairs=tuple(row_pairs))
+
+    def add_staged(self, staged: "StagedSteps", agent_ids: np.ndarray, version: int) -> int:
+        """:meth:`add` of the first ``len(agent_ids)`` values of each of ``staged``'s arrays (from this assembler's
+        ``stage``), which the caller wrote in place: no per-call check of shapes or dtypes. Same rows, same errors
+        (all-or-nothing) as ``add`` with those values."""
+        if len(agent_ids) > staged.capacity:
+            raise ValueError(f"{len(agent_ids)} steps exceed the staged arrays' {staged.capacity}")
+        ids = np.ascontiguousarray(agent_ids, dtype=np.int64).reshape(-1)
+        if self._version_in[0, 0] != version:
+            self._version_in.fill(version)
+        return self._run_kernel(ids, staged.step_pairs, staged.row_pairs)
+
     def add(self, agent_ids: np.ndarray, version: int, **fields: np.ndarray | None) -> int:
         """Append one step for each of the distinct ``agent_ids``; return the number of rows completed.
 
@@ -291,6 +356,10 @@ class RowAssembler:
         """
         ids = np.ascontiguousarray(agent_ids, dtype=np.int64).reshape(-1)
         step_pairs, row_pairs = self._pairs(len(ids), version, fields)
+        return self._run_kernel(ids, step_pairs, row_pairs)
+
+    def _run_kernel(self, ids: np.ndarray, step_pairs: tuple, row_pairs: tuple) -> int:
+        """The add kernel on prepared inputs; its error codes as exceptions."""
         self._stamp += 1
         rc = _add_steps_kernel(ids, np.int64(self._stamp), step_pairs, row_pairs, self._book)
         if rc == _ERR_NO_FREE:

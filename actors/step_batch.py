@@ -10,6 +10,7 @@ Every array is allocated once, at the host's start, for the largest batch.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numba
@@ -80,14 +81,18 @@ class ScannedBatch:
 class StepBatch:
     """Reused arrays for a batch of at most ``capacity`` slots, and the compiled pass that fills them."""
 
-    def __init__(self, capacity: int, learner_slots: np.ndarray | None = None) -> None:
-        """``learner_slots``: [total_slots] bool, the learner's seats (self-play), None when every seat is."""
+    def __init__(self, capacity: int, learner_slots: np.ndarray | None = None, *,
+                 outputs: Mapping[str, np.ndarray] | None = None) -> None:
+        """``learner_slots``: [total_slots] bool, the learner's seats (self-play), None when every seat is.
+        ``outputs``: where ``rewards``, ``dones`` and ``bootstrap`` go (the row assembler's staged inputs, so the
+        scan writes them where the assembler reads them), else arrays of this batch's own."""
         self.learner = (np.zeros(0, dtype=np.bool_) if learner_slots is None
                         else np.ascontiguousarray(learner_slots, dtype=np.bool_))
         self._positions = tuple(np.empty(capacity, dtype=np.int64) for _ in range(5))
-        self._rewards = np.empty(capacity, dtype=np.float32)
-        self._dones = np.empty(capacity, dtype=np.uint8)
-        self.bootstrap = np.zeros(capacity, dtype=np.float32)
+        outputs = outputs or {}
+        self._rewards = _output(outputs, "rewards", capacity, np.float32)
+        self._dones = _output(outputs, "dones", capacity, np.uint8)
+        self.bootstrap = _output(outputs, "bootstrap", capacity, np.float32)
         """[capacity] float32 bootstrap values, written by the stepper (zero but where truncated)."""
 
     def scan(self, ids: np.ndarray, slots: StepBuffers) -> ScannedBatch:
@@ -101,3 +106,14 @@ class StepBatch:
         return ScannedBatch(ids=ids, chosen=chosen[:n_chosen], theirs=theirs[:n_theirs], ended=ended[:n_ended],
                             reset=reset[:n_reset], truncated_at=truncated_at[:n_truncated],
                             rewards=self._rewards[:n_chosen], dones=self._dones[:n_chosen])
+
+
+def _output(outputs: Mapping[str, np.ndarray], name: str, capacity: int, dtype: type) -> np.ndarray:
+    """``outputs[name]`` checked to be a C-contiguous [>= capacity] array of ``dtype``, or a new zeroed one."""
+    array = outputs.get(name)
+    if array is None:
+        return np.zeros(capacity, dtype=dtype)
+    if array.dtype != dtype or array.ndim != 1 or len(array) < capacity or not array.flags.c_contiguous:
+        raise ValueError(f"{name} output: {array.dtype}{list(array.shape)}, expected a contiguous "
+                         f"{np.dtype(dtype)}[>= {capacity}]")
+    return array

@@ -44,8 +44,22 @@ class GroupStepper:
         """Where each step's timing goes (None: nowhere)."""
         self.env_steps = 0
         """Env steps taken since the start (all groups)."""
-        self.batch = StepBatch(layout.total_slots, None if opponents is None else opponents.learner_slots)
+        self._stage_inputs()
+
+    def _stage_inputs(self) -> None:
+        """The assembler's reused inputs and the batch's arrays, which each step fills in place (checked once)."""
+        env_spec, opponents = self.env_spec, self.opponents
+        self.staged = self.assembler.stage(self.layout.total_slots)
+        """The assembler's reused inputs, which each step fills in place (checked once, here)."""
+        self.batch = StepBatch(self.layout.total_slots, None if opponents is None else opponents.learner_slots,
+                               outputs=self.staged.arrays)
         """The reused arrays of one inference step's batch (any of the host's groups, each at most once)."""
+        self._obs = self.staged.arrays["obs"]
+        self._masks = self.staged.arrays.get("action_masks")
+        self._states = self.staged.arrays.get("states")
+        if self._obs.dtype != np.dtype(env_spec.obs_dtype) or (self._masks is None) != (not env_spec.mask_size):
+            raise ValueError(f"the assembler's rows (obs {self._obs.dtype}, masks {self._masks is not None}) do not "
+                             f"match the env (obs {env_spec.obs_dtype}, masks {bool(env_spec.mask_size)})")
 
     @property
     def steps_per_group(self) -> int:
@@ -67,8 +81,9 @@ class GroupStepper:
             self._episode_stats(batch.ended, slots, report)
         agent_ids = ids if batch.all_chosen else ids[batch.chosen]
         n = len(agent_ids)
-        obs = slots.obs[agent_ids]
-        masks = slots.action_mask[agent_ids] if self.env_spec.mask_size else None
+        obs = np.take(slots.obs, agent_ids, axis=0, out=self._obs[:n], mode="clip")  # ids are valid slot ids
+        masks = (None if self._masks is None
+                 else np.take(slots.action_mask, agent_ids, axis=0, out=self._masks[:n], mode="clip"))
         bootstrap = self.batch.bootstrap[:n]
         bootstrap.fill(0.0)
         if len(batch.truncated_at):  # V(final obs) from the state the agent had before its episode ended
@@ -78,6 +93,8 @@ class GroupStepper:
         if len(batch.reset):
             self.states.reset(batch.reset)  # obs is the first of a new episode there
         state_in = self.states.read(agent_ids)
+        if self._states is not None:
+            self._states[:n] = state_in
         decide_started = time.perf_counter()
         decisions = self.inference.decide(obs, state_in, masks)
         forward_s = time.perf_counter() - decide_started
@@ -101,9 +118,11 @@ class GroupStepper:
         self.env_steps += env_steps
         report.agent_steps += n
         if n:
-            self.assembler.add_steps(agent_ids, obs, decisions.actions, decisions.logprobs, decisions.values,
-                                     batch.rewards, batch.dones, bootstrap, self.inference.version, states=state_in,
-                                     action_masks=masks)
+            staged = self.staged.arrays
+            staged["actions"][:n] = decisions.actions
+            staged["logprobs"][:n] = decisions.logprobs
+            staged["values"][:n] = decisions.values
+            self.assembler.add_staged(self.staged, agent_ids, self.inference.version)
         step_s = time.perf_counter() - started
         report.act_s += step_s
         if self.metrics is not None:

@@ -34,6 +34,9 @@ class TeamStepper(GroupStepper):
                          states=AgentStates(layout.total_envs, 0), metrics=metrics)
         self.team = inference
 
+    def _stage_inputs(self) -> None:
+        """None: team rows go through ``RowAssembler.add`` (one step per env, of the env's agents together)."""
+
     @property
     def steps_per_group(self) -> int:
         """Steps one group adds to the assembler: one per env."""

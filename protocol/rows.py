@@ -190,9 +190,9 @@ class RowLayout:
 
     def allocate(self, rows: int) -> dict[str, np.ndarray]:
         """Buffers for ``rows`` rows of every field, holding the fields' poison values."""
-        arrays = {}
-        for f in ROW_FIELDS:
-            dtype = self.dtype(f)
-            poison = np.nan if dtype.kind == "f" else np.array(int(f.poison)).astype(dtype)
-            arrays[f.name] = np.full((rows, *self.row_shape(f)), poison, dtype=dtype)
-        return arrays
+        return {f.name: np.full((rows, *self.row_shape(f)), self.poison(f), dtype=self.dtype(f)) for f in ROW_FIELDS}
+
+    def poison(self, field: RowField) -> np.generic:
+        """The value ``field``'s buffers hold until written, in the field's dtype (NaN for floats)."""
+        dtype = self.dtype(field)
+        return dtype.type(np.nan) if dtype.kind == "f" else np.array(int(field.poison)).astype(dtype)[()]

@@ -224,3 +224,81 @@ def test_poison_and_numba_compiled() -> None:
     other.release(other.pop_full(3))
     for kernel in (asm_mod._add_steps_kernel, asm_mod._pop_full_kernel, asm_mod._release_kernel):
         assert len(kernel.signatures) > 0
+
+
+def fill_staged(staged, values: dict[str, np.ndarray]) -> None:
+    for name, value in values.items():
+        staged.arrays[name][:len(value)] = value
+
+
+@pytest.mark.parametrize("state_size,mask_size", [(0, 0), (3, 5)])
+def test_staged_adds_write_the_same_rows_as_add_bit_for_bit(state_size: int, mask_size: int) -> None:
+    """The host's hot path (``stage`` once, then ``add_staged`` on arrays written in place) against ``add`` with
+    the same values as the reference: every buffer, ring and count equal after every call."""
+    rng = np.random.default_rng(state_size + 17)
+    shape = dict(num_agents=6, num_rows=16, horizon=5, obs_shape=(3, 4), obs_dtype="uint8", state_size=state_size,
+                 mask_size=mask_size)
+    staged_asm, reference = RowAssembler(**shape), RowAssembler(**shape)
+    staged = staged_asm.stage(6)
+    assert (staged.arrays["obs"] == 0xA5).all() and np.isnan(staged.arrays["values"]).all()  # poison until written
+    assert set(staged.arrays) == {"obs", "actions", "logprobs", "values", "rewards", "dones", "bootstrap"} | (
+        {"states", "action_masks"} if state_size else set())
+    for call in range(200):
+        agents = rng.permutation(6)[:int(rng.integers(0, 7))].astype(np.int64)
+        n = len(agents)
+        values = dict(obs=rng.integers(0, 256, (n, 3, 4), dtype=np.uint8), actions=rng.integers(0, 9, n, np.int32),
+                      logprobs=rng.standard_normal(n).astype(np.float32),
+                      values=rng.standard_normal(n).astype(np.float32),
+                      rewards=rng.standard_normal(n).astype(np.float32), dones=(rng.random(n) < 0.2).astype(np.uint8),
+                      bootstrap=rng.standard_normal(n).astype(np.float32))
+        if state_size:
+            values.update(states=rng.standard_normal((n, state_size)).astype(np.float32),
+                          action_masks=rng.integers(0, 2, (n, mask_size), dtype=np.uint8))
+        if not reference.can_accept(n):
+            full = reference.pop_full(16)
+            reference.release(full)
+            staged_asm.release(staged_asm.pop_full(16))
+        version = call // 7
+        fill_staged(staged, values)
+        assert staged_asm.add_staged(staged, agents, version) == reference.add(agents, version, **values)
+        for name, array in reference.arrays.items():
+            np.testing.assert_array_equal(staged_asm.arrays[name], array, err_msg=name)
+        for got, want in zip(staged_asm._book[:-1], reference._book[:-1]):  # the last is the kernel's scratch
+            np.testing.assert_array_equal(got, want)
+    assert reference.full_rows() + reference.free_rows() > 0
+
+
+def test_staged_add_rejects_what_add_rejects_and_changes_nothing() -> None:
+    asm = small()
+    staged = asm.stage(2)
+    before = {name: array.copy() for name, array in asm.arrays.items()}
+    with pytest.raises(ValueError, match="distinct"):
+        asm.add_staged(staged, np.array([0, 0]), 0)
+    with pytest.raises(ValueError, match="out of range"):
+        asm.add_staged(staged, np.array([7]), 0)
+    with pytest.raises(ValueError, match="3 steps exceed the staged arrays' 2"):
+        asm.add_staged(staged, np.array([0, 1, 2]), 0)
+    for name, array in asm.arrays.items():
+        np.testing.assert_array_equal(array, before[name], err_msg=name)
+    with pytest.raises(ValueError, match="capacity must be >= 1"):
+        asm.stage(0)
+
+
+def test_prefetch_is_a_compiled_hint_that_changes_nothing() -> None:
+    import numba
+
+    from actors.prefetch import prefetch_for_write
+
+    @numba.njit
+    def touch(buffer, rows):
+        for row in rows:
+            prefetch_for_write(buffer, row, buffer.shape[1] - 1, buffer.shape[2] - 1)
+            prefetch_for_write(buffer, row, 0, 0)
+
+    for dtype in ("uint8", "float32", "int64"):
+        buffer = np.arange(4 * 3 * 5).astype(dtype).reshape(4, 3, 5)
+        before = buffer.copy()
+        touch(buffer, np.array([0, 3, 1]))
+        np.testing.assert_array_equal(buffer, before)
+    with pytest.raises(numba.TypingError):  # 3-d arrays only: a 2-d one is a compile-time error, not a stray read
+        touch(np.zeros((2, 2)), np.array([0]))

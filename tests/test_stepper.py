@@ -24,19 +24,19 @@ LSTM = ModelSection(hidden_size=8, num_layers=2, core="lstm")
 
 
 class RecordingAssembler(RowAssembler):
-    """Keeps a copy of every add_steps call."""
+    """Keeps a copy of what every add_staged call records."""
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self.calls: list[dict] = []
 
-    def add_steps(self, agent_ids, obs, actions, logprobs, values, rewards, dones, bootstrap, version, states=None,
-                  action_masks=None):
-        self.calls.append(dict(ids=agent_ids.copy(), obs=obs.copy(), bootstrap=bootstrap.copy(),
-                               dones=dones.copy(), states=states.copy(), actions=np.array(actions),
-                               rewards=np.array(rewards), masks=None if action_masks is None else action_masks.copy()))
-        return super().add_steps(agent_ids, obs, actions, logprobs, values, rewards, dones, bootstrap, version,
-                                 states=states, action_masks=action_masks)
+    def add_staged(self, staged, agent_ids, version):
+        n = len(agent_ids)
+        values = {name: array[:n].copy() for name, array in staged.arrays.items()}
+        self.calls.append(dict(ids=agent_ids.copy(), obs=values["obs"], bootstrap=values["bootstrap"],
+                               dones=values["dones"], states=values.get("states", np.zeros((n, 0), np.float32)),
+                               actions=values["actions"], rewards=values["rewards"], masks=values.get("action_masks")))
+        return super().add_staged(staged, agent_ids, version)
 
 
 def stepper_for(spec: EnvSpec, model: ModelSection, *, workers: int, envs: int, horizon: int, seed: int):

@@ -2,7 +2,7 @@
 
 For each config (default: the gridworld's two configs) this builds a ``RowAssembler`` sized as an actor host
 sizes it (``actors/host.py`` ``_start``: ``num_agents = workers x envs_per_worker x agents``, ``num_rows =
-2 x num_agents + 2 x rows_per_message``) and drives it the way the host does: one ``add_steps`` call per
+2 x num_agents + 2 x rows_per_message``) and drives it the way the host does: one ``add_staged`` call per
 inference step for the agents of ``workers`` ready groups (``GroupStepper.act``), and after it the sender's
 ``pop_full`` / ``gather`` / ``release`` per ``rows_per_message`` block (``ActorHost._ship``).
 
@@ -113,12 +113,13 @@ def agent_batches(layout: dict) -> list[np.ndarray]:
 
 
 class HostLoop:
-    """add_steps per step, then ship full rows in rows_per_message blocks; each part timed on its own."""
+    """add_staged per step (on inputs the host would have written into the staged arrays), then ship full rows in rows_per_message blocks; each part timed on its own."""
 
     def __init__(self, layout: dict, inputs: list[dict]) -> None:
         self.layout, self.inputs = layout, inputs
         self.asm = new_assembler(layout)
         self.batches = agent_batches(layout)
+        self.staged = self.asm.stage(max(len(batch) for batch in self.batches))
         self.step_bytes = step_bytes(inputs[0])
         self.calls = self.shipped_rows = self.shipped_bytes = 0
         self.add_s = self.ship_s = 0.0
@@ -130,8 +131,10 @@ class HostLoop:
         while time.perf_counter() - started < seconds or calls < min_calls:
             src = self.inputs[self.calls % SOURCES]
             ids = self.batches[self.calls % len(self.batches)]
+            for name, array in self.staged.arrays.items():  # where GroupStepper.act writes them (obs: as it
+                array[:len(ids)] = src[name]                  # gathers the policy's batch)
             t0 = time.perf_counter()
-            asm.add(ids, 7, **src)
+            asm.add_staged(self.staged, ids, 7)
             t1 = time.perf_counter()
             self.add_s += t1 - t0
             self.calls += 1
