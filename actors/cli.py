@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import logging
-import signal
 import sys
 
 from protocol.bind_rule import client_curve_for
@@ -135,15 +134,10 @@ def main(argv: list[str] | None = None) -> int:
                           for index, workers in enumerate(split_workers(args.n, args.hosts))])
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     keep_freed_memory()  # each ROWS message is gathered into multi-MB arrays: reuse their pages
-    from actors.stop_flag import StopFlag
+    from actors.stop_flag import StopFlag, StopNow, install_stop_signals
 
     stop = StopFlag()
-
-    def handler(signum: int, _frame: object) -> None:
-        stop.request(f"{signal.Signals(signum).name} received", signum=signum)
-
-    signal.signal(signal.SIGINT, handler)  # before the heavy imports: a signal during them stops the host cleanly
-    signal.signal(signal.SIGTERM, handler)
+    install_stop_signals(stop)  # before the heavy imports: a signal during them stops the host cleanly
     from actors import wiring  # heavy imports (torch, numba) only when running
     from actors.env_failures import EnvFailure
     from actors.learner_link import LearnerRefused
@@ -165,6 +159,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         wiring.run_host(options, stop)
         return stop.exit_code()
+    except StopNow as err:  # a second signal: the host's cleanup ran on the way out
+        print(f"actors: stopped ({err})", flush=True)
+        return 128 + err.signum
     except (ConfigError, PlanError, EnvConfigError, LearnerRefused, MetricsBindError) as err:  # the user's to fix; else a traceback
         return _fail(str(err))
     except (EnvFailure, PoolError) as err:  # the env or the pool server failed at run time; the reason says how
