@@ -50,6 +50,8 @@ def _prefetch_value(buffer, row, t, width, line):
 def _copy_steps(values, buffer, dest, n):
     """One per-step field of ``n`` steps into ``buffer`` [rows, horizon, width] at ``dest``'s positions."""
     width = buffer.shape[2]
+    if width == 0:  # a field this layout does not have (no masks, no team fields): nothing to write
+        return
     src = values.reshape((values.shape[0], width))
     if width == 1:  # scalar fields: no inner loop
         for i in range(n):
@@ -75,6 +77,8 @@ def _copy_steps(values, buffer, dest, n):
 def _copy_rows(values, buffer, dest, n):
     """One per-row field into ``buffer`` [rows, width] for the steps that open a row (position 0 or a new row)."""
     width = buffer.shape[1]
+    if width == 0:  # no recurrent state: nothing to write
+        return
     src = values.reshape((values.shape[0], width))
     for i in range(n):
         if dest[i, 1] == 0:
@@ -312,7 +316,7 @@ class RowAssembler:
                         rewards=rewards, dones=dones, bootstrap=bootstrap, states=states, action_masks=action_masks,
                         **more)
 
-    def stage(self, capacity: int) -> "StagedSteps":
+    def stage(self, capacity: int) -> StagedSteps:
         """Reused input arrays for ``add_staged`` calls of up to ``capacity`` steps, built and checked once."""
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
@@ -331,7 +335,7 @@ class RowAssembler:
         return StagedSteps(capacity=capacity, arrays=arrays, step_pairs=tuple(step_pairs),
                            row_pairs=tuple(row_pairs))
 
-    def add_staged(self, staged: "StagedSteps", agent_ids: np.ndarray, version: int) -> int:
+    def add_staged(self, staged: StagedSteps, agent_ids: np.ndarray, version: int) -> int:
         """:meth:`add` of the first ``len(agent_ids)`` values of each of ``staged``'s arrays (from this assembler's
         ``stage``), which the caller wrote in place: no per-call check of shapes or dtypes. Same rows, same errors
         (all-or-nothing) as ``add`` with those values."""
