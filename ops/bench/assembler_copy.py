@@ -113,7 +113,9 @@ def agent_batches(layout: dict) -> list[np.ndarray]:
 
 
 class HostLoop:
-    """add_staged per step (on inputs the host would have written into the staged arrays), then ship full rows in rows_per_message blocks; each part timed on its own."""
+    """add_staged per step (on inputs written into the staged arrays first, untimed, as GroupStepper.act writes
+    them: the observations as it gathers the policy's batch), then ship full rows in rows_per_message blocks; each
+    part timed on its own."""
 
     def __init__(self, layout: dict, inputs: list[dict]) -> None:
         self.layout, self.inputs = layout, inputs
@@ -131,8 +133,8 @@ class HostLoop:
         while time.perf_counter() - started < seconds or calls < min_calls:
             src = self.inputs[self.calls % SOURCES]
             ids = self.batches[self.calls % len(self.batches)]
-            for name, array in self.staged.arrays.items():  # where GroupStepper.act writes them (obs: as it
-                array[:len(ids)] = src[name]                  # gathers the policy's batch)
+            for name, array in self.staged.arrays.items():
+                array[:len(ids)] = src[name]
             t0 = time.perf_counter()
             asm.add_staged(self.staged, ids, 7)
             t1 = time.perf_counter()
