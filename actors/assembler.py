@@ -15,6 +15,7 @@ The hot paths are ``numba.njit`` kernels over the arrays; the class only validat
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numba
@@ -320,20 +321,11 @@ class RowAssembler:
         """Reused input arrays for ``add_staged`` calls of up to ``capacity`` steps, built and checked once."""
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
-        by_name = {f.name: f for f in ROW_FIELDS}
-        arrays: dict[str, np.ndarray] = {}
-        step_pairs, row_pairs = [], []
-        for buffer in self._buffers:
-            if buffer.name == VERSIONS:
-                source = self._version_in
-            elif buffer.width:
-                source = arrays[buffer.name] = np.full((capacity, *buffer.value_shape),
-                                                       self.layout.poison(by_name[buffer.name]), dtype=buffer.dtype)
-            else:
-                source = buffer.no_input
-            (step_pairs if buffer.per_step else row_pairs).append((source, buffer.flat))
-        return StagedSteps(capacity=capacity, arrays=arrays, step_pairs=tuple(step_pairs),
-                           row_pairs=tuple(row_pairs))
+        poison = {f.name: self.layout.poison(f) for f in ROW_FIELDS}
+        arrays = {buffer.name: np.full((capacity, *buffer.value_shape), poison[buffer.name], dtype=buffer.dtype)
+                  for buffer in self._buffers if buffer.width and buffer.name != VERSIONS}
+        step_pairs, row_pairs = self._kernel_pairs(lambda buffer: arrays.get(buffer.name, buffer.no_input))
+        return StagedSteps(capacity=capacity, arrays=arrays, step_pairs=step_pairs, row_pairs=row_pairs)
 
     def add_staged(self, staged: StagedSteps, agent_ids: np.ndarray, version: int) -> int:
         """:meth:`add` of the first ``len(agent_ids)`` values of each of ``staged``'s arrays (from this assembler's
@@ -342,9 +334,7 @@ class RowAssembler:
         if len(agent_ids) > staged.capacity:
             raise ValueError(f"{len(agent_ids)} steps exceed the staged arrays' {staged.capacity}")
         ids = np.ascontiguousarray(agent_ids, dtype=np.int64).reshape(-1)
-        if self._version_in[0, 0] != version:
-            self._version_in.fill(version)
-        return self._run_kernel(ids, staged.step_pairs, staged.row_pairs)
+        return self._run_kernel(ids, version, staged.step_pairs, staged.row_pairs)
 
     def add(self, agent_ids: np.ndarray, version: int, **fields: np.ndarray | None) -> int:
         """Append one step for each of the distinct ``agent_ids``; return the number of rows completed.
@@ -359,11 +349,14 @@ class RowAssembler:
         kind of dtype) no state is modified.
         """
         ids = np.ascontiguousarray(agent_ids, dtype=np.int64).reshape(-1)
-        step_pairs, row_pairs = self._pairs(len(ids), version, fields)
-        return self._run_kernel(ids, step_pairs, row_pairs)
+        step_pairs, row_pairs = self._pairs(len(ids), fields)
+        return self._run_kernel(ids, version, step_pairs, row_pairs)
 
-    def _run_kernel(self, ids: np.ndarray, step_pairs: tuple, row_pairs: tuple) -> int:
-        """The add kernel on prepared inputs; its error codes as exceptions."""
+    def _run_kernel(self, ids: np.ndarray, version: int, step_pairs: tuple, row_pairs: tuple) -> int:
+        """The add kernel on prepared inputs (``version`` fills the versions field); its error codes as
+        exceptions."""
+        if self._version_in[0, 0] != version:  # one row per agent, of which the kernel reads the first n
+            self._version_in.fill(version)
         self._stamp += 1
         rc = _add_steps_kernel(ids, np.int64(self._stamp), step_pairs, row_pairs, self._book)
         if rc == _ERR_NO_FREE:
@@ -375,19 +368,19 @@ class RowAssembler:
             raise ValueError("agent_ids must be distinct within one add_steps call")
         return int(rc)
 
-    def _pairs(self, n: int, version: int, fields: dict[str, np.ndarray | None]) -> tuple[tuple, tuple]:
-        """The kernel's (input, buffer) pairs of the per-step fields and of the per-row fields, for n agents."""
+    def _pairs(self, n: int, fields: dict[str, np.ndarray | None]) -> tuple[tuple, tuple]:
+        """The kernel's (input, buffer) pairs for ``add``'s ``fields`` of n agents, each checked and converted."""
         if not fields.keys() <= self._inputs:
             raise ValueError(f"unknown row field(s) {sorted(fields.keys() - self._inputs)}: add() takes the fields "
                              f"of protocol.rows.ROW_FIELDS but {VERSIONS!r}, which its version argument fills")
+        return self._kernel_pairs(lambda buffer: _kernel_input(buffer, fields.get(buffer.name), n))
+
+    def _kernel_pairs(self, input_of: Callable[[_Buffer], np.ndarray]) -> tuple[tuple, tuple]:
+        """The kernel's (input, buffer) pairs of the per-step fields and of the per-row fields: ``input_of`` gives
+        each field's input, but the versions field's, which is this assembler's ``_version_in``."""
         step_pairs, row_pairs = [], []
         for buffer in self._buffers:
-            if buffer.name == VERSIONS:
-                source = self._version_in  # one row per agent, of which the kernel reads the first n
-                if source[0, 0] != version:
-                    source.fill(version)
-            else:
-                source = _kernel_input(buffer, fields.get(buffer.name), n)
+            source = self._version_in if buffer.name == VERSIONS else input_of(buffer)
             (step_pairs if buffer.per_step else row_pairs).append((source, buffer.flat))
         return tuple(step_pairs), tuple(row_pairs)
 

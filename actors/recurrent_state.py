@@ -16,9 +16,11 @@ class AgentStates:
     def __init__(self, num_agents: int, state_size: int) -> None:
         self.array = np.zeros((num_agents, state_size), dtype=np.float32)
 
-    def read(self, agent_ids: np.ndarray) -> np.ndarray:
-        """A copy of the states of ``agent_ids`` [n] -> [n, state_size]."""
-        return self.array[agent_ids]
+    def read(self, agent_ids: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """A copy of the states of ``agent_ids`` [n] -> [n, state_size], into ``out`` when given."""
+        if out is None:
+            return self.array[agent_ids]
+        return np.take(self.array, agent_ids, axis=0, out=out, mode="clip")  # ids are valid slot ids
 
     def write(self, agent_ids: np.ndarray, states: np.ndarray) -> None:
         """Store the states [n, state_size] of ``agent_ids`` [n]."""

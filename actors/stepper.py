@@ -92,9 +92,7 @@ class GroupStepper:
                                                                   self.states.read(truncated_ids))
         if len(batch.reset):
             self.states.reset(batch.reset)  # obs is the first of a new episode there
-        state_in = self.states.read(agent_ids)
-        if self._states is not None:
-            self._states[:n] = state_in
+        state_in = self.states.read(agent_ids, out=None if self._states is None else self._states[:n])
         decide_started = time.perf_counter()
         decisions = self.inference.decide(obs, state_in, masks)
         forward_s = time.perf_counter() - decide_started

@@ -13,7 +13,7 @@ import sys
 from .curve import ClientCurve, ServerCurve, load_client_curve, load_server_curve
 from .endpoints import Endpoint
 
-__all__ = ["InsecureEndpointError", "client_curve_for", "server_curve_for"]
+__all__ = ["STRICT_SERVER_KEYS_HELP", "InsecureEndpointError", "client_curve_for", "server_curve_for"]
 
 MAKE_KEYS = "make them with python -m protocol.keys (docs/OPERATIONS.md, Multi-host)"
 STRICT_SERVER_KEYS_HELP = ("refuse to start when the secret key file can be read by group or others "

@@ -225,7 +225,7 @@ def profile(layout: dict, inputs: list[dict], seconds: float) -> list[dict]:
         asm = new_assembler(layout)
         prepared = []
         for src in inputs:  # what add() hands the kernel, without its checks and conversions
-            step_pairs, row_pairs = asm._pairs(n, 7, src)
+            step_pairs, row_pairs = asm._pairs(n, src)
             prepared.append((tuple(p for name, p in zip(names, step_pairs) if keep(name)), row_pairs))
 
         def kernel_call(c: int, asm: RowAssembler = asm, prepared: list = prepared) -> None:
