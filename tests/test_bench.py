@@ -47,6 +47,29 @@ def test_pipeline_bench_reports_raw_pipeline_and_inference_figures() -> None:
     assert not descendants(os.getpid())
 
 
+def test_fixed_costs_bench_fits_per_group_and_per_message_costs() -> None:
+    before = set(Path("/dev/shm").glob("sluice_*"))
+    records = run_bench("fixed_costs", "--envs", "synthetic20us", "--envs-per-worker", "8", "16",
+                        "--message-rows", "8", "16", "--seconds", "1")
+    runs, (fit,) = records[:-1], records[-1:]
+    assert [(r["envs_per_worker"], r["rows_per_message"]) for r in runs] == [(8, 8), (8, 16), (16, 8), (16, 16)]
+    assert [r["agent_steps_per_group"] for r in runs] == [4, 4, 8, 8]  # async factor 2, one agent per env
+    assert all(r["agent_steps_per_message"] > 0 and r["cpu_us_per_agent_step_host"] > 0 for r in runs)
+    assert fit["runs"] == 4 and fit["agent_steps_per_group"] == [4, 8] and fit["rows_per_message"] == [8, 16]
+    for kind in ("host", "workers", "sink"):
+        assert {f"{kind}_fixed_us_per_group", f"{kind}_fixed_us_per_message", f"{kind}_marginal_us_per_agent_step",
+                f"{kind}_rms_residual_us"} <= fit.keys()
+    assert set(Path("/dev/shm").glob("sluice_*")) <= before
+    assert not descendants(os.getpid())
+
+
+def test_fixed_costs_bench_refuses_a_sweep_it_cannot_fit() -> None:
+    done = subprocess.run([sys.executable, "-m", "ops.bench.fixed_costs", "--envs-per-worker", "64", "64"], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "--envs-per-worker: the fit needs two different positive sizes at least, got [64, 64]" in done.stderr
+
+
 def test_assembler_bench_reports_its_ratio() -> None:
     records = run_bench("assembler_copy", "--seconds", "0.2", "--rounds", "1")
     headlines = [r for r in records if r.get("bench", r.get("benchmark")) == "assembler_copy"]

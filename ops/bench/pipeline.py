@@ -15,10 +15,12 @@ figures that do not are CPU-microseconds per agent step: ``env_cpu_us_per_agent_
 ``cpu_us_per_agent_step_{host,workers,sink}`` per process kind, ``workers_beyond_env_us_per_agent_step``, the overhead
 ``o = host + sink + workers beyond e``, ``predicted_pipeline_over_raw = e / (e + o)`` (what a CPU-bound machine gives)
 beside the measured ratio, and ``host_max_agent_steps_per_s`` (1e6 / host us: what one host process sustains at 100%
-of its core). ``--rounds N`` measures raw and pipeline in turn N times, each record with the load average before it. The pipeline record also carries what the host
-reports in its ROWS messages: the batch size the inference step reaches against
-forward_pass_minibatch_target_size, ms per forward pass and per inference step, and the fraction of time
-env workers wait for actions; plus CPU seconds per process kind, which is where the overhead goes.
+of its core). ``--rounds N`` measures raw and pipeline in turn N times, each record with the load average before it.
+The pipeline record also carries what the host reports in its ROWS messages: the batch size the inference step
+reaches against forward_pass_minibatch_target_size, ms per forward pass and per inference step, and the fraction of
+time env workers wait for actions; the ROWS messages received per second (``messages_per_s``); plus CPU seconds per
+process kind, which is where the overhead goes. ``ops.bench.fixed_costs`` sweeps group and message sizes over this
+pipeline and splits each process kind's cost into per group, per message and per agent step.
 
 ``--transport ipc`` (the default: what a learner on the host's machine gives it) has the sink announce an
 ``ipc://`` route for its data socket as the learner does (protocol/same_machine.py), ``--transport tcp`` leaves rows on
@@ -357,6 +359,7 @@ def measure_pipeline(config: RunConfig, workers: int, seconds: float, warmup_s: 
         "pipeline_agent_steps_per_s": round((last["agent_steps"] - first["agent_steps"]) / elapsed),
         "pipeline_env_steps_per_s": round((last["env_steps"] - first["env_steps"]) / elapsed),
         "wire_mb_per_s": round((last["bytes"] - first["bytes"]) / elapsed / 1e6, 1),
+        "messages_per_s": round((last["messages"] - first["messages"]) / elapsed, 1),
         "messages_rejected": last["rejected"],
         "inference_batch_agents_mean": _round(timing["inference_batch_agents_mean"], 1),
         "inference_ms_per_batch": _round(timing["inference_ms_per_batch"], 3),
