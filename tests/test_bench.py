@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -68,6 +69,22 @@ def test_fixed_costs_bench_refuses_a_sweep_it_cannot_fit() -> None:
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert "--envs-per-worker: the fit needs two different positive sizes at least, got [64, 64]" in done.stderr
+
+
+def test_message_cost_bench_streams_both_frame_layouts() -> None:
+    records = run_bench("message_cost", "--configs", "configs/cartpole.yaml", "--messages", "20", "--rounds", "1")
+    assert [(r["frames"], r["frame_count"]) for r in records] == [("per_array", 16), ("one", 3)]
+    assert all(r["encode_us"] > 0 and r["decode_us"] > 0 and r["send_cpu_us"] > 0 and r["recv_cpu_us"] > 0
+               and r["messages"] == 20 and r["arrays"] == 14 for r in records)
+    assert not descendants(os.getpid())
+    assert not list(Path(tempfile.gettempdir()).glob("sluice_message_cost_*"))
+
+
+def test_message_cost_bench_refuses_too_few_messages() -> None:
+    done = subprocess.run([sys.executable, "-m", "ops.bench.message_cost", "--messages", "1"], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "--messages: 2 at least (the first one is not timed), got 1" in done.stderr
 
 
 def test_assembler_bench_reports_its_ratio() -> None:

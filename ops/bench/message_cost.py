@@ -1,0 +1,113 @@
+"""Benchmark: what one ROWS message costs to encode, decode, send and receive, as the frames go today (one per array)
+and with every array in one frame.
+
+The message is the first of ``ops.bench.ingest``'s batch for the run config (what a host ships: the same fields and
+arrays, ``rows_per_message`` rows). Three figures per config:
+
+* ``encode_us`` and ``decode_us``: ``protocol.encode`` and ``protocol.decode`` of that message, in this process;
+* ``send_cpu_us`` / ``recv_cpu_us`` per message: a forked sender pushes ``--messages`` copies of its frames over a
+  real PUSH socket on ``ipc://`` (``copy=False``, as ``LearnerLink.send_rows``) into a PULL socket here
+  (``recv_multipart(copy=False)``, as the ingest); each side's CPU seconds (its ZeroMQ IO thread included) over the
+  messages. Measured twice, in turn: ``frames: per_array`` (the wire as it is) and ``frames: one`` (the tag, the
+  header, then every array's bytes concatenated into one frame: what a packed wire format would send).
+
+Usage: .venv/bin/python -m ops.bench.message_cost [--configs configs/cartpole.yaml configs/grid_3agents.yaml]
+[--messages 2000] [--rounds 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import zmq
+
+from configs.loader import load_config
+from ops.bench.ingest import make_blocks
+from ops.benchlib import emit
+from protocol import decode, encode
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def per_call_us(call, repeat: int) -> float:
+    """CPU-us per call of ``call()`` over ``repeat`` calls."""
+    began = time.process_time()
+    for _ in range(repeat):
+        call()
+    return 1e6 * (time.process_time() - began) / repeat
+
+
+def one_frame(frames: list) -> list:
+    """The tag and header frames, then every array frame's bytes in one."""
+    return frames[:2] + [np.concatenate([np.frombuffer(memoryview(f), dtype=np.uint8) for f in frames[2:]])]
+
+
+def stream(frames: list, messages: int) -> tuple[float, float]:
+    """CPU-us per message of a forked sender and of this receiver over ``ipc://``: (send, receive)."""
+    with tempfile.TemporaryDirectory(prefix="sluice_message_cost_") as folder:
+        endpoint = f"ipc://{folder}/rows.sock"
+        report_r, report_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the sender: its own context, made after the fork
+            os.close(report_r)
+            context = zmq.Context()
+            push = context.socket(zmq.PUSH)
+            push.setsockopt(zmq.SNDHWM, 8)
+            push.connect(endpoint)
+            began = time.process_time()
+            for _ in range(messages):
+                push.send_multipart(frames, copy=False)
+            push.close(linger=-1)
+            context.term()  # waits for every message to leave: the IO thread's work counts
+            os.write(report_w, str(time.process_time() - began).encode())
+            os._exit(0)
+        os.close(report_w)
+        context = zmq.Context()
+        pull = context.socket(zmq.PULL)
+        pull.setsockopt(zmq.RCVHWM, 8)
+        pull.bind(endpoint)
+        pull.recv_multipart(copy=False)  # the connection is up; the clock starts after the first message
+        began = time.process_time()
+        for _ in range(messages - 1):
+            pull.recv_multipart(copy=False)
+        recv_s = time.process_time() - began
+        send_s = float(os.read(report_r, 64).decode())
+        os.close(report_r)
+        os.waitpid(pid, 0)
+        pull.close(linger=0)
+        context.term()
+    return 1e6 * send_s / messages, 1e6 * recv_s / (messages - 1)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--configs", nargs="+", default=["configs/cartpole.yaml", "configs/grid_3agents.yaml"])
+    parser.add_argument("--messages", type=int, default=2000, help="messages streamed in each measurement")
+    parser.add_argument("--rounds", type=int, default=2, help="times both frame layouts are streamed in turn")
+    args = parser.parse_args()
+    if args.messages < 2:
+        parser.error(f"--messages: 2 at least (the first one is not timed), got {args.messages}")
+    for path in args.configs:
+        message = make_blocks(load_config(REPO / path), 0, 0)[0]
+        frames = encode(message)
+        nbytes = sum(memoryview(f).nbytes for f in frames)
+        repeat = max(20, 20_000_000 // max(nbytes, 1))
+        base = {"bench": "message_cost", "config": path, "rows": message.fields["num_rows"],
+                "arrays": len(message.arrays), "bytes": nbytes,
+                "encode_us": round(per_call_us(lambda: encode(message), repeat), 1),
+                "decode_us": round(per_call_us(lambda: decode(frames), repeat), 1)}
+        messages = max(2, min(args.messages, 2_000_000_000 // nbytes))
+        for round_number in range(1, args.rounds + 1):
+            for layout, sent in (("per_array", frames), ("one", one_frame(frames))):
+                send_us, recv_us = stream(sent, messages)
+                emit({**base, "round": round_number, "frames": layout, "frame_count": len(sent),
+                      "messages": messages, "send_cpu_us": round(send_us, 1), "recv_cpu_us": round(recv_us, 1)})
+
+
+if __name__ == "__main__":
+    main()
