@@ -26,6 +26,7 @@ from protocol import Limits, Message, MessageType, ProtocolError, decode, encode
 from protocol.curve import ClientCurve
 from protocol.endpoints import Endpoint, parse_endpoint
 from protocol.same_machine import ipc_routes, machine_identity
+from protocol.sending import send_nonblocking
 
 LOG = logging.getLogger("sluice.actors.link")
 WAITING_NOTICE_S = 5.0
@@ -418,12 +419,7 @@ class LearnerLink:
         assert self.data is not None
         if self.token is not None:
             message = dataclasses.replace(message, fields={**message.fields, "token": self.token})
-        frames = encode(message)
-        try:
-            self.data.send_multipart(frames, copy=False, flags=zmq.NOBLOCK)
-        except zmq.Again:  # only the first frame can be refused: ZeroMQ takes the rest of a message it started
-            return None
-        return sum(memoryview(frame).nbytes for frame in frames)
+        return send_nonblocking(self.data, encode(message))
 
     def close_streams(self) -> None:
         """Close data and weights sockets."""

@@ -6,10 +6,13 @@ arrays, ``rows_per_message`` rows). Three figures per config:
 
 * ``encode_us`` and ``decode_us``: ``protocol.encode`` and ``protocol.decode`` of that message, in this process;
 * ``send_cpu_us`` / ``recv_cpu_us`` per message: a forked sender pushes ``--messages`` copies of its frames over a
-  real PUSH socket on ``ipc://`` (``copy=False``, as ``LearnerLink.send_rows``) into a PULL socket here
+  real PUSH socket on ``ipc://`` (``send_multipart(copy=False)``, blocking while the queue is full) into a PULL socket here
   (``recv_multipart(copy=False)``, as the ingest); each side's CPU seconds (its ZeroMQ IO thread included) over the
   messages. Measured twice, in turn: ``frames: per_array`` (the wire as it is) and ``frames: one`` (the tag, the
-  header, then every array's bytes concatenated into one frame: what a packed wire format would send).
+  header, then every array's bytes concatenated into one frame: what a packed wire format would send);
+* ``send_multipart_us`` and ``send_nonblocking_us``: the calling thread's CPU to queue the message's frames on an
+  ``inproc://`` PUSH socket (drained untimed), by pyzmq's ``send_multipart(copy=False, flags=NOBLOCK)`` (what the host
+  did until 2026-11-28) and by ``protocol.sending.send_nonblocking`` (what ``LearnerLink.send_rows`` does).
 
 Usage: .venv/bin/python -m ops.bench.message_cost [--configs configs/cartpole.yaml configs/grid_3agents.yaml]
 [--messages 2000] [--rounds 2]
@@ -30,6 +33,7 @@ from configs.loader import load_config
 from ops.bench.ingest import make_blocks
 from ops.benchlib import emit
 from protocol import decode, encode
+from protocol.sending import send_nonblocking
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -84,6 +88,34 @@ def stream(frames: list, messages: int) -> tuple[float, float]:
     return 1e6 * send_s / messages, 1e6 * recv_s / (messages - 1)
 
 
+def queue_cpu_us(frames: list, messages: int) -> tuple[float, float]:
+    """CPU-us per message of this thread queueing ``frames`` on an inproc PUSH socket: (send_multipart,
+    send_nonblocking), each timed over ``messages`` messages, the queue drained between batches, untimed."""
+    context = zmq.Context()
+    push, pull = context.socket(zmq.PUSH), context.socket(zmq.PULL)
+    for sock in (push, pull):
+        sock.setsockopt(zmq.SNDHWM if sock is push else zmq.RCVHWM, 0)  # no limit: nothing is refused
+    pull.bind("inproc://message_cost")
+    push.connect("inproc://message_cost")
+    ways = {"send_multipart": lambda: push.send_multipart(frames, copy=False, flags=zmq.NOBLOCK),
+            "send_nonblocking": lambda: send_nonblocking(push, frames)}
+    spent = dict.fromkeys(ways, 0.0)
+    batch = 100
+    for _ in range(max(1, messages // batch)):
+        for name, send in ways.items():
+            began = time.process_time()
+            for _ in range(batch):
+                send()
+            spent[name] += time.process_time() - began
+            for _ in range(batch):
+                pull.recv_multipart(copy=False)
+    push.close(linger=0)
+    pull.close(linger=0)
+    context.term()
+    count = max(1, messages // batch) * batch
+    return 1e6 * spent["send_multipart"] / count, 1e6 * spent["send_nonblocking"] / count
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--configs", nargs="+", default=["configs/cartpole.yaml", "configs/grid_3agents.yaml"])
@@ -102,6 +134,8 @@ def main() -> None:
                 "encode_us": round(per_call_us(lambda: encode(message), repeat), 1),
                 "decode_us": round(per_call_us(lambda: decode(frames), repeat), 1)}
         messages = max(2, min(args.messages, 2_000_000_000 // nbytes))
+        multipart_us, nonblocking_us = queue_cpu_us(frames, messages)
+        base.update(send_multipart_us=round(multipart_us, 1), send_nonblocking_us=round(nonblocking_us, 1))
         for round_number in range(1, args.rounds + 1):
             for layout, sent in (("per_array", frames), ("one", one_frame(frames))):
                 send_us, recv_us = stream(sent, messages)
