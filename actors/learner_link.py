@@ -27,6 +27,7 @@ from protocol.curve import ClientCurve
 from protocol.endpoints import Endpoint, parse_endpoint
 from protocol.same_machine import ipc_routes, machine_identity
 from protocol.sending import send_nonblocking
+from protocol.zmtp_greeting import peer_mechanism
 
 LOG = logging.getLogger("sluice.actors.link")
 WAITING_NOTICE_S = 5.0
@@ -197,15 +198,20 @@ class LearnerLink:
                                      f"the learner's allowed clients directory (--curve-allowed-clients)")
             elif (event["event"] == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
                   and event["value"] == zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH):
-                raise LearnerRefused(f"the learner at {self.learner.url} does not use CURVE: start it with "
-                                     f"--curve-secret-key and --curve-allowed-clients, or run this host without "
-                                     f"--curve-server-key and --curve-client-key")
+                raise self._without_curve()
             else:
                 self.failed_handshakes += 1
         if self.curve is not None and self.failed_handshakes >= HANDSHAKE_FAILURES_TO_STOP:
+            if peer_mechanism(self.learner) == "NULL":  # its connection closed before the mismatch was read
+                raise self._without_curve()
             raise LearnerRefused(f"the learner at {self.learner.url} refused the handshake: wrong server key? "
                                  f"--curve-server-key must be the learner's server.key (the one given holds "
                                  f"{self.curve.server_public.decode('ascii')})")
+
+    def _without_curve(self) -> LearnerRefused:
+        return LearnerRefused(f"the learner at {self.learner.url} does not use CURVE: start it with "
+                              f"--curve-secret-key and --curve-allowed-clients, or run this host without "
+                              f"--curve-server-key and --curve-client-key")
 
     def send_control(self, type_: MessageType, fields: dict[str, Any] | None = None) -> bool:
         """Send a control message; silently skipped while no learner is connected. Returns whether it was queued."""
