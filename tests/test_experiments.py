@@ -121,7 +121,9 @@ def test_minigrid_doorkey_trains_through_the_pipeline_and_scores_random() -> Non
     random_policy, seed = records
     assert random_policy["policy"] == "random" and 0 <= random_policy["return_mean"] < 0.5
     assert seed["seed"] == 1 and seed["target"] == 0.9 and seed["learner_exit_code"] == 130  # stopped at --seconds
-    assert seed["reached"] is False and seed["curve"] and seed["curve"][-1]["agent_steps"] > 0
+    assert seed["reached"] is False and seed["agent_steps"] > 0  # it trained (the metrics' last update)
+    # a curve point needs an episode that ended (up to 640 steps): in 14 s a slow machine may have none yet
+    assert all(point["agent_steps"] <= seed["agent_steps"] for point in seed["curve"])
     assert seed["eval_episodes"] == 2 and 0 <= seed["eval_return_mean"] < 1 and seed["eval_length_mean"] > 0
 
 

@@ -95,6 +95,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                   "eval_episodes": args.eval_episodes,
                   "eval_return_mean": round(float(evaluated.returns.mean()), 3),
                   "eval_length_mean": round(float(evaluated.lengths.mean()), 1),
+                  "agent_steps": json.loads(lines[-1]).get("agent_steps", 0) if lines else 0,
                   "curve": points, "learner_exit_code": run.learner_exit_code})
 
 
