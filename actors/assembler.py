@@ -96,7 +96,7 @@ def _add_steps_kernel(agent_ids, stamp, step_pairs, row_pairs, book):
 
     ``step_pairs``: one (values [n, *value_shape], buffer [rows, horizon, width]) pair per per-step field;
     ``row_pairs``: one (values [n, *value_shape], buffer [rows, width]) pair per per-row field. Values are
-    C-contiguous in the buffer's dtype (those of a field of width 0 may have any number of rows). ``book``:
+    C-contiguous in the buffer's dtype; fields of width 0 have no pair (nothing to write). ``book``:
     the bookkeeping arrays, the last ``dest`` [num_agents, 3], scratch for each step's (row, position, new
     row or -1).
     """
@@ -380,8 +380,11 @@ class RowAssembler:
         each field's input, but the versions field's, which is this assembler's ``_version_in``."""
         step_pairs, row_pairs = [], []
         for buffer in self._buffers:
-            source = self._version_in if buffer.name == VERSIONS else input_of(buffer)
-            (step_pairs if buffer.per_step else row_pairs).append((source, buffer.flat))
+            source = self._version_in if buffer.name == VERSIONS else input_of(buffer)  # checks every input
+            # A field of width 0 has nothing to write; without its pair the kernel's dispatcher type-checks two
+            # arrays less (CartPole's step: 6 such fields, 43 -> 34 us per GroupStepper.act of 32 slots).
+            if buffer.width:
+                (step_pairs if buffer.per_step else row_pairs).append((source, buffer.flat))
         return tuple(step_pairs), tuple(row_pairs)
 
     def pop_full(self, max_rows: int) -> np.ndarray:
