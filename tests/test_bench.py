@@ -88,6 +88,30 @@ def test_message_cost_bench_refuses_too_few_messages() -> None:
     assert "--messages: 2 at least (the first one is not timed), got 1" in done.stderr
 
 
+def test_group_cost_bench_times_the_inference_step_and_the_wake_round_trip() -> None:
+    records = run_bench("group_cost", "--config", "configs/cartpole.yaml", "--calls", "200", "--rounds", "1",
+                        "--step-us", "0", "20")
+    wakes = [r for r in records if r["kind"] == "wake"]
+    assert [r["step_us"] for r in wakes] == [0.0, 20.0]
+    assert all(r["host_cpu_us_per_round_trip"] > 0 and r["wall_us_per_round_trip"] > 0 for r in wakes)
+    assert wakes[1]["wall_us_per_round_trip"] >= 20  # the woken process's step is inside each round trip
+    (act,) = [r for r in records if r["kind"] == "act"]
+    assert act["config"] == "configs/cartpole.yaml" and act["slots_per_group"] > 0 and act["calls"] == 200
+    assert 0 < act["us_per_agent_step"] < act["us_per_call"]
+    assert not descendants(os.getpid())
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--calls", "0"), "--calls, --rounds and --groups-per-call: 1 at least, got 0, 3 and 1"),
+    (("--step-us", "-5"), "--step-us: 0 or more, got [-5.0]"),
+])
+def test_group_cost_bench_refuses_sizes_it_cannot_time(args: tuple[str, ...], message: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "ops.bench.group_cost", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 2
+    assert message in done.stderr
+
+
 def test_assembler_bench_reports_its_ratio() -> None:
     records = run_bench("assembler_copy", "--seconds", "0.2", "--rounds", "1")
     headlines = [r for r in records if r.get("bench", r.get("benchmark")) == "assembler_copy"]

@@ -1,0 +1,163 @@
+"""Benchmark: what one env group costs the actor host, in its two parts: the inference step and the wake round trip.
+
+``python -m ops.bench.fixed_costs`` fits the host's CPU per env group (90-98 us on a 2-core AMD EPYC VM). This
+splits it:
+
+* ``act``: ``GroupStepper.act`` on one group (or ``--groups-per-call``), in this process, on buffers laid out as an
+  actor host of the config lays them out (``ops.bench.assembler_copy.host_layout``), with the null policy and no
+  worker: the scan of the slots' flags, the observations' copy, the policy's draw, the actions' write and the row
+  assembler's kernel. Every slot is active; no episode ends. Full rows are popped and released untimed.
+* ``wake``: one round trip over a Unix socket pair to a process that sleeps in ``read`` until woken, steps for
+  ``--step-us`` (a spin), and answers 2 bytes, the way the host wakes a worker (``actors/worker_channel.py``):
+  the host's CPU per round trip (its write, its poll, its read) and the round trip's wall time. A worker asleep
+  when its actions arrive costs this however small its group is.
+
+Prints one JSON record per measurement round and kind.
+Usage: .venv/bin/python -m ops.bench.group_cost [--config configs/cartpole.yaml ...] [--calls 20000] [--rounds 3]
+[--step-us 0 50] [--groups-per-call 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import select
+import time
+
+import multiprocess as mp
+
+from actors.null_policy import NullInference
+from actors.recurrent_state import AgentStates
+from actors.rows_report import RowsReport
+from actors.slot_layout import SlotLayout
+from actors.stepper import GroupStepper
+from configs.loader import load_config
+from envs.base import StepBuffers
+from ops.bench.assembler_copy import host_layout, new_assembler
+from ops.benchlib import emit
+
+DEFAULT_CONFIGS = ("configs/cartpole.yaml", "configs/grid_3agents.yaml")
+QUIT = b"\xff"
+
+
+def stepper_of(layout: dict) -> tuple[GroupStepper, list]:
+    """A GroupStepper over in-process buffers of ``layout`` (every slot active), and its groups' views."""
+    spec, workers, groups = layout["spec"], layout["workers"], layout["groups"]
+    slots_per_group = layout["agents_per_call"] // workers
+    envs_per_group = slots_per_group // spec.num_agents
+    slot_layout = SlotLayout(workers=workers, groups=groups, envs_per_group=envs_per_group,
+                             agents_per_env=spec.num_agents)
+    slots = StepBuffers.allocate(spec, workers * groups * envs_per_group)
+    slots.active[:] = True
+    slots.rewards[:] = 0.0
+    assembler = new_assembler(layout)
+    assembler.warm_up()
+    stepper = GroupStepper(env_spec=spec, layout=slot_layout, inference=NullInference(spec, seed=0),
+                           assembler=assembler, states=AgentStates(slot_layout.total_slots, 0))
+    return stepper, list(slot_layout.group_views(slots))
+
+
+def time_act(stepper: GroupStepper, views: list, calls: int, groups_per_call: int) -> tuple[float, int]:
+    """Seconds of ``calls`` act calls on ``groups_per_call`` groups each (views in turn), and the agent steps."""
+    assembler, report = stepper.assembler, RowsReport()
+    steps, elapsed = 0, 0.0
+    for i in range(calls):
+        batch = [views[(i * groups_per_call + k) % len(views)] for k in range(groups_per_call)]
+        started = time.perf_counter()
+        stepper.act(batch, report)
+        elapsed += time.perf_counter() - started
+        steps += sum(len(view.slot_ids) for view in batch)
+        if not assembler.can_accept(len(views[0].slot_ids) * len(views)):
+            assembler.release(assembler.pop_full(assembler.full_rows()))
+            report = RowsReport()
+    return elapsed, steps
+
+
+def _sleeper(conn, step_s: float) -> None:  # conn: a multiprocess Connection, as a worker gets its pipe
+    """Read a command (sleeping until one comes), spin ``step_s``, answer 2 bytes; until QUIT or EOF."""
+    fd = conn.fileno()
+    while True:
+        command = os.read(fd, 64)
+        if not command or command[:1] == QUIT:
+            return
+        started = time.perf_counter()
+        while time.perf_counter() - started < step_s:
+            pass
+        os.write(fd, command[:1] + b"\x00")
+
+
+def time_wake(calls: int, step_us: float) -> tuple[float, float]:
+    """This process's CPU seconds and the wall seconds of ``calls`` round trips to a sleeping process."""
+    context = mp.get_context("spawn")
+    host, worker = context.Pipe(duplex=True)  # a Unix socket pair, as WorkerPool._spawn makes
+    process = context.Process(target=_sleeper, args=(worker, step_us / 1e6), daemon=True)
+    process.start()
+    worker.close()
+    fd = host.fileno()
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    try:
+        for _ in range(min(calls, 100)):  # the process's start, untimed
+            os.write(fd, b"\x01")
+            poller.poll()
+            os.read(fd, 64)
+        cpu, wall = time.process_time(), time.perf_counter()
+        for _ in range(calls):
+            os.write(fd, b"\x01")
+            poller.poll()
+            os.read(fd, 64)
+        return time.process_time() - cpu, time.perf_counter() - wall
+    finally:
+        try:
+            os.write(fd, QUIT)
+        except OSError:
+            pass  # it is gone already: joined below
+        process.join(timeout=5)
+        if process.is_alive():
+            process.kill()
+            process.join()
+        host.close()
+
+
+def bench(path: str, args: argparse.Namespace) -> None:
+    config = load_config(path)
+    layout = host_layout(config, None)
+    stepper, views = stepper_of(layout)
+    groups_per_call = min(args.groups_per_call, len(views))
+    time_act(stepper, views, min(args.calls, 1000), groups_per_call)  # warm: caches, the policy's first draws
+    for round_number in range(1, args.rounds + 1):
+        elapsed, steps = time_act(stepper, views, args.calls, groups_per_call)
+        emit({"bench": "group_cost", "kind": "act", "config": path, "round": round_number, "calls": args.calls,
+              "groups_per_call": groups_per_call, "slots_per_group": len(views[0].slot_ids),
+              "us_per_call": round(1e6 * elapsed / args.calls, 2),
+              "us_per_agent_step": round(1e6 * elapsed / steps, 4)})
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", action="append", default=None,
+                        help=f"repeatable; default: {' and '.join(DEFAULT_CONFIGS)}")
+    parser.add_argument("--calls", type=int, default=20000, help="act calls, and wake round trips, per round")
+    parser.add_argument("--rounds", type=int, default=3, help="measurements of each kind, in turn")
+    parser.add_argument("--step-us", type=float, nargs="+", default=[0.0, 50.0],
+                        help="the woken process's step before it answers (wake round trips; one record each)")
+    parser.add_argument("--groups-per-call", type=int, default=1,
+                        help="groups per act call (the host takes up to one per worker)")
+    args = parser.parse_args()
+    if args.calls < 1 or args.rounds < 1 or args.groups_per_call < 1:
+        parser.error(f"--calls, --rounds and --groups-per-call: 1 at least, got {args.calls}, {args.rounds} and "
+                     f"{args.groups_per_call}")
+    if any(step < 0 for step in args.step_us):
+        parser.error(f"--step-us: 0 or more, got {args.step_us}")
+    for round_number in range(1, args.rounds + 1):
+        for step_us in args.step_us:
+            cpu_s, wall_s = time_wake(args.calls, step_us)
+            emit({"bench": "group_cost", "kind": "wake", "round": round_number, "calls": args.calls,
+                  "step_us": step_us, "host_cpu_us_per_round_trip": round(1e6 * cpu_s / args.calls, 2),
+                  "wall_us_per_round_trip": round(1e6 * wall_s / args.calls, 2)})
+    for path in args.config or DEFAULT_CONFIGS:
+        bench(path, args)
+
+
+if __name__ == "__main__":
+    main()
