@@ -97,7 +97,11 @@ def test_group_cost_bench_times_the_inference_step_and_the_wake_round_trip() -> 
     assert wakes[1]["wall_us_per_round_trip"] >= 20  # the woken process's step is inside each round trip
     (act,) = [r for r in records if r["kind"] == "act"]
     assert act["config"] == "configs/cartpole.yaml" and act["slots_per_group"] > 0 and act["calls"] == 200
-    assert 0 < act["us_per_agent_step"] < act["us_per_call"]
+    assert 0 < act["us_per_agent_step"] < act["us_per_call"] and act["policy"] == "null"
+    records = run_bench("group_cost", "--config", "configs/cartpole.yaml", "--calls", "50", "--rounds", "1",
+                        "--step-us", "0", "--policy", "model")
+    (act,) = [r for r in records if r["kind"] == "act"]
+    assert act["policy"] == "model" and 0 < act["decide_us_per_call"] < act["us_per_call"]
     assert not descendants(os.getpid())
 
 

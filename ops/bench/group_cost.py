@@ -4,9 +4,11 @@
 splits it:
 
 * ``act``: ``GroupStepper.act`` on one group (or ``--groups-per-call``), in this process, on buffers laid out as an
-  actor host of the config lays them out (``ops.bench.assembler_copy.host_layout``), with the null policy and no
-  worker: the scan of the slots' flags, the observations' copy, the policy's draw, the actions' write and the row
-  assembler's kernel. Every slot is active; no episode ends. Full rows are popped and released untimed.
+  actor host of the config lays them out (``ops.bench.assembler_copy.host_layout``), with the null policy (or
+  ``--policy model``: the config's policy with its initial weights, on one torch thread) and no worker: the scan of
+  the slots' flags, the observations' copy, the policy's draw, the actions' write and the row assembler's kernel.
+  Every slot is active and observes zeros; no episode ends. Full rows are popped and released untimed. The record
+  splits out ``decide_us_per_call``, the policy's share (the forward pass and the draw).
 * ``wake``: one round trip over a Unix socket pair to a process that sleeps in ``read`` until woken, steps for
   ``--step-us`` (a spin), and answers 2 bytes, the way the host wakes a worker (``actors/worker_channel.py``):
   the host's CPU per round trip (its write, its poll, its read) and the round trip's wall time. A worker asleep
@@ -14,7 +16,7 @@ splits it:
 
 Prints one JSON record per measurement round and kind.
 Usage: .venv/bin/python -m ops.bench.group_cost [--config configs/cartpole.yaml ...] [--calls 20000] [--rounds 3]
-[--step-us 0 50] [--groups-per-call 1]
+[--step-us 0 50] [--groups-per-call 1] [--policy null|model]
 """
 
 from __future__ import annotations
@@ -25,24 +27,31 @@ import select
 import time
 
 import multiprocess as mp
+import torch
 
+from actors.assembler import RowAssembler
+from actors.inference import Inference
 from actors.null_policy import NullInference
 from actors.recurrent_state import AgentStates
 from actors.rows_report import RowsReport
 from actors.slot_layout import SlotLayout
 from actors.stepper import GroupStepper
 from configs.loader import load_config
+from configs.schema import RunConfig
 from envs.base import StepBuffers
-from ops.bench.assembler_copy import host_layout, new_assembler
+from envs.rows import row_layout
+from ops.bench.assembler_copy import host_layout
 from ops.benchlib import emit
 
 DEFAULT_CONFIGS = ("configs/cartpole.yaml", "configs/grid_3agents.yaml")
 QUIT = b"\xff"
 
 
-def stepper_of(layout: dict) -> tuple[GroupStepper, list]:
-    """A GroupStepper over in-process buffers of ``layout`` (every slot active), and its groups' views."""
+def stepper_of(layout: dict, config: RunConfig, policy: str) -> tuple[GroupStepper, list]:
+    """A GroupStepper over in-process buffers of ``layout`` (every slot active) with the ``policy`` (null, or the
+    config's model), and its groups' views."""
     spec, workers, groups = layout["spec"], layout["workers"], layout["groups"]
+    inference = NullInference(spec, seed=0) if policy == "null" else Inference(spec, config.model, seed=0)
     slots_per_group = layout["agents_per_call"] // workers
     envs_per_group = slots_per_group // spec.num_agents
     slot_layout = SlotLayout(workers=workers, groups=groups, envs_per_group=envs_per_group,
@@ -50,17 +59,20 @@ def stepper_of(layout: dict) -> tuple[GroupStepper, list]:
     slots = StepBuffers.allocate(spec, workers * groups * envs_per_group)
     slots.active[:] = True
     slots.rewards[:] = 0.0
-    assembler = new_assembler(layout)
+    slots.obs[:] = 0
+    rows = row_layout(spec, horizon=layout["horizon"], state_size=inference.state_size)
+    assembler = RowAssembler.for_layout(rows, num_agents=layout["total_agents"], num_rows=layout["num_rows"])
     assembler.warm_up()
-    stepper = GroupStepper(env_spec=spec, layout=slot_layout, inference=NullInference(spec, seed=0),
-                           assembler=assembler, states=AgentStates(slot_layout.total_slots, 0))
+    stepper = GroupStepper(env_spec=spec, layout=slot_layout, inference=inference, assembler=assembler,
+                           states=AgentStates(slot_layout.total_slots, inference.state_size))
     return stepper, list(slot_layout.group_views(slots))
 
 
-def time_act(stepper: GroupStepper, views: list, calls: int, groups_per_call: int) -> tuple[float, int]:
-    """Seconds of ``calls`` act calls on ``groups_per_call`` groups each (views in turn), and the agent steps."""
+def time_act(stepper: GroupStepper, views: list, calls: int, groups_per_call: int) -> tuple[float, int, float]:
+    """Seconds of ``calls`` act calls on ``groups_per_call`` groups each (views in turn), the agent steps, and the
+    seconds of those in the policy's ``decide`` (as act reports them)."""
     assembler, report = stepper.assembler, RowsReport()
-    steps, elapsed = 0, 0.0
+    steps, elapsed, decide_s = 0, 0.0, 0.0
     for i in range(calls):
         batch = [views[(i * groups_per_call + k) % len(views)] for k in range(groups_per_call)]
         started = time.perf_counter()
@@ -69,8 +81,9 @@ def time_act(stepper: GroupStepper, views: list, calls: int, groups_per_call: in
         steps += sum(len(view.slot_ids) for view in batch)
         if not assembler.can_accept(len(views[0].slot_ids) * len(views)):
             assembler.release(assembler.pop_full(assembler.full_rows()))
+            decide_s += report.inference_s
             report = RowsReport()
-    return elapsed, steps
+    return elapsed, steps, decide_s + report.inference_s
 
 
 def _sleeper(conn, step_s: float) -> None:  # conn: a multiprocess Connection, as a worker gets its pipe
@@ -122,14 +135,16 @@ def time_wake(calls: int, step_us: float) -> tuple[float, float]:
 def bench(path: str, args: argparse.Namespace) -> None:
     config = load_config(path)
     layout = host_layout(config, None)
-    stepper, views = stepper_of(layout)
+    stepper, views = stepper_of(layout, config, args.policy)
     groups_per_call = min(args.groups_per_call, len(views))
     time_act(stepper, views, min(args.calls, 1000), groups_per_call)  # warm: caches, the policy's first draws
     for round_number in range(1, args.rounds + 1):
-        elapsed, steps = time_act(stepper, views, args.calls, groups_per_call)
-        emit({"bench": "group_cost", "kind": "act", "config": path, "round": round_number, "calls": args.calls,
+        elapsed, steps, decide_s = time_act(stepper, views, args.calls, groups_per_call)
+        emit({"bench": "group_cost", "kind": "act", "config": path, "policy": args.policy, "round": round_number,
+              "calls": args.calls,
               "groups_per_call": groups_per_call, "slots_per_group": len(views[0].slot_ids),
               "us_per_call": round(1e6 * elapsed / args.calls, 2),
+              "decide_us_per_call": round(1e6 * decide_s / args.calls, 2),
               "us_per_agent_step": round(1e6 * elapsed / steps, 4)})
 
 
@@ -143,7 +158,11 @@ def main() -> None:
                         help="the woken process's step before it answers (wake round trips; one record each)")
     parser.add_argument("--groups-per-call", type=int, default=1,
                         help="groups per act call (the host takes up to one per worker)")
+    parser.add_argument("--policy", choices=("null", "model"), default="null",
+                        help="act's policy: null (uniform random actions, no network) or model (the config's policy "
+                             "with its initial weights)")
     args = parser.parse_args()
+    torch.set_num_threads(1)  # an actor host's default (run.torch_threads)
     if args.calls < 1 or args.rounds < 1 or args.groups_per_call < 1:
         parser.error(f"--calls, --rounds and --groups-per-call: 1 at least, got {args.calls}, {args.rounds} and "
                      f"{args.groups_per_call}")
