@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import select
+import socket
 import subprocess
 import sys
 import tempfile
@@ -103,6 +105,21 @@ def test_group_cost_bench_times_the_inference_step_and_the_wake_round_trip() -> 
     (act,) = [r for r in records if r["kind"] == "act"]
     assert act["policy"] == "model" and 0 < act["decide_us_per_call"] < act["us_per_call"]
     assert not descendants(os.getpid())
+
+
+def test_group_cost_bench_stops_with_a_message_when_the_woken_process_does_not_answer(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from ops.bench import group_cost
+    monkeypatch.setattr(group_cost, "ANSWER_TIMEOUT_MS", 50)
+    host, silent = socket.socketpair()
+    poller = select.poll()
+    poller.register(host.fileno(), select.POLLIN)
+    with pytest.raises(SystemExit, match="the woken process did not answer within 50 ms"):
+        group_cost._round_trip(host.fileno(), poller)
+    silent.close()  # gone: writing to it fails
+    with pytest.raises(SystemExit, match="the woken process is gone"):
+        group_cost._round_trip(host.fileno(), poller)
+    host.close()
 
 
 @pytest.mark.parametrize(("args", "message"), [

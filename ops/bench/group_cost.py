@@ -25,6 +25,7 @@ import argparse
 import os
 import select
 import time
+from typing import Any
 
 import multiprocess as mp
 import torch
@@ -45,6 +46,8 @@ from ops.benchlib import emit
 
 DEFAULT_CONFIGS = ("configs/cartpole.yaml", "configs/grid_3agents.yaml")
 QUIT = b"\xff"
+ANSWER_TIMEOUT_MS = 5000
+"""Longest wait for the woken process's answer before the bench stops with a message."""
 
 
 def stepper_of(layout: dict, config: RunConfig, policy: str) -> tuple[GroupStepper, list]:
@@ -99,6 +102,17 @@ def _sleeper(conn, step_s: float) -> None:  # conn: a multiprocess Connection, a
         os.write(fd, command[:1] + b"\x00")
 
 
+def _round_trip(fd: int, poller: Any) -> None:  # poller: a select.poll() object
+    """Wake the sleeping process and read its answer; SystemExit when it does not answer within ANSWER_TIMEOUT_MS."""
+    try:
+        os.write(fd, b"\x01")
+    except OSError as err:
+        raise SystemExit(f"group_cost: the woken process is gone ({err.strerror})") from None
+    if not poller.poll(ANSWER_TIMEOUT_MS) or not os.read(fd, 64):
+        raise SystemExit(f"group_cost: the woken process did not answer within {ANSWER_TIMEOUT_MS} ms (stopped, "
+                         f"or gone)")
+
+
 def time_wake(calls: int, step_us: float) -> tuple[float, float]:
     """This process's CPU seconds and the wall seconds of ``calls`` round trips to a sleeping process."""
     context = mp.get_context("spawn")
@@ -111,14 +125,10 @@ def time_wake(calls: int, step_us: float) -> tuple[float, float]:
     poller.register(fd, select.POLLIN)
     try:
         for _ in range(min(calls, 100)):  # the process's start, untimed
-            os.write(fd, b"\x01")
-            poller.poll()
-            os.read(fd, 64)
+            _round_trip(fd, poller)
         cpu, wall = time.process_time(), time.perf_counter()
         for _ in range(calls):
-            os.write(fd, b"\x01")
-            poller.poll()
-            os.read(fd, 64)
+            _round_trip(fd, poller)
         return time.process_time() - cpu, time.perf_counter() - wall
     finally:
         try:
