@@ -16,25 +16,9 @@ import numpy as np
 import torch
 
 from actors.inference import Decisions
+from actors.random_stream import uniform
 from envs.base import EnvSpec
 from policies.distributions import ActionDistribution
-
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_MIX_1 = np.uint64(0xBF58476D1CE4E5B9)
-_MIX_2 = np.uint64(0x94D049BB133111EB)
-_UNIT = 1.0 / float(1 << 53)
-
-
-@numba.njit(cache=True)
-def _uniform(state):
-    """The next float64 in [0, 1) of the SplitMix64 stream whose state is ``state[0]`` (advanced in place)."""
-    state[0] += _GOLDEN
-    z = state[0]
-    z = (z ^ (z >> np.uint64(30))) * _MIX_1
-    z = (z ^ (z >> np.uint64(27))) * _MIX_2
-    z = z ^ (z >> np.uint64(31))
-    return float(z >> np.uint64(11)) * _UNIT
-
 
 @numba.njit(cache=True)
 def _draw_discrete(state, nvec, masks, actions, logprobs):
@@ -54,7 +38,7 @@ def _draw_discrete(state, nvec, masks, actions, logprobs):
                         legal += 1
             everything = legal == 0 or legal == size
             choices = size if everything else legal
-            pick = min(int(_uniform(state) * choices), choices - 1)
+            pick = min(int(uniform(state) * choices), choices - 1)
             if everything:
                 actions[r, c] = pick
             else:
