@@ -20,6 +20,7 @@ from torch import nn
 
 from envs.base import EnvSpec
 from configs.schema import ModelSection
+from actors.small_mlp import SmallMLP
 from policies.factory import load_state_arrays, make_policy
 
 
@@ -55,16 +56,43 @@ class HostPolicy:
 
 
 class Inference(HostPolicy):
-    """The current per-agent policy (``policies.factory.make_policy``), its version, and a seeded sampler."""
+    """The current per-agent policy (``policies.factory.make_policy``), its version, and a seeded sampler.
+
+    A small MLP policy on the CPU runs as its NumPy twin (``actors.small_mlp.SmallMLP``, rebuilt at each ``load``):
+    the same function and draw, without torch's cost per operation."""
 
     def __init__(self, spec: EnvSpec, model: ModelSection, *, seed: int, device: str = "cpu") -> None:
         super().__init__(make_policy(spec, model), seed=seed, device=device)
         self.state_size: int = self.policy.state_size
+        self.action_shape = spec.action.shape
+        self.seed = seed
+        self.small: SmallMLP | None = SmallMLP.of(self.policy, seed=seed)
+        """The policy's NumPy twin, or None (another kind of policy, or not on the CPU: torch runs it)."""
 
-    @torch.no_grad()
+    def load(self, version: int, arrays: dict[str, np.ndarray]) -> None:
+        """Switch to the given weights (the NumPy twin reads them too; its draws go on in the same stream)."""
+        super().load(version, arrays)
+        if self.small is not None:
+            stream = self.small.stream
+            self.small = SmallMLP.of(self.policy, seed=self.seed)
+            self.small.stream = stream
+
     def decide(self, obs: np.ndarray, states: np.ndarray, masks: np.ndarray | None = None) -> Decisions:
         """Sample one action per observation, from each agent's state ``states`` [n, state_size], under
         ``masks`` [n, mask_size] (None or width 0: no masks)."""
+        if self.small is None:
+            return self._decide_torch(obs, states, masks)
+        n = len(obs)
+        if states.shape != (n, 0):
+            raise ValueError(f"states shape {states.shape} != {(n, 0)}")
+        logits, values = self.small.forward(obs)
+        actions, logprobs = self.small.draw(logits, masks)
+        return Decisions(actions=actions.reshape((n, *self.action_shape)), logprobs=logprobs, values=values,
+                         states=states)
+
+    @torch.no_grad()
+    def _decide_torch(self, obs: np.ndarray, states: np.ndarray, masks: np.ndarray | None) -> Decisions:
+        """``decide`` by the torch module."""
         params, values, new_states = self.policy.step(self._tensor(obs), self._states(states, len(obs)))
         mask = self._tensor(masks) if masks is not None and masks.shape[-1] else None
         actions, logprobs = self.policy.distribution.sample(params, mask, self.generator)
@@ -74,6 +102,8 @@ class Inference(HostPolicy):
     @torch.no_grad()
     def values(self, obs: np.ndarray, states: np.ndarray) -> np.ndarray:
         """Value estimates only (for the final observations of truncated episodes, from their last state)."""
+        if self.small is not None:
+            return self.small.forward(obs)[1]
         return _numpy(self.policy.step(self._tensor(obs), self._states(states, len(obs)))[1])
 
     def _tensor(self, array: np.ndarray) -> torch.Tensor:

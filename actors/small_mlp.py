@@ -1,0 +1,173 @@
+"""An actor host's forward pass and draw for a small MLP policy in NumPy, without torch's cost per operation.
+
+A CartPole policy (two tanh torsos of 32, a 2-logit head) does about 20 torch operations per inference step, each
+costing microseconds whatever the batch holds: ``python -m ops.bench.group_cost --policy model`` measured its
+``decide`` at 493 us for 32 agents, 28 times the rest of the inference step (docs/RESULTS.md). ``SmallMLP`` runs the
+same network as NumPy matrix products over the policy's weights (read once per ``load``) and draws every agent's
+action in one compiled pass.
+
+It stands in for the torch module only where it computes the same function, checked on the module's structure when
+the weights are read (``SmallMLP.of`` returns None otherwise, and the host keeps torch):
+
+* ``policies.mlp.MLPPolicy`` on the CPU, its encoder ``ObsInput`` without observation normalisation (observations
+  flattened, as float32, times ``obs_scale``);
+* each torso (one, or one per head) alternating ``nn.Linear`` and ``nn.Tanh``;
+* an ``ActionHead`` of a discrete or multi_discrete space (box actions keep torch: their draw is torch's Gaussian)
+  and a linear critic.
+
+The draw is the masked categorical of ``policies.distributions.ActionDistribution``: illegal actions get
+``MASKED_LOGIT`` (probability 0), a component with no legal action is left unmasked, and the log-prob is the sum
+over components of the chosen actions' log-softmax. Uniforms come from the host's own SplitMix64 stream
+(``actors.random_stream``), seeded like the torch generator it replaces. The products round differently from torch's
+(float32, another summation order): params and values agree within ~1e-6, and the learner recomputes its own.
+``tests/test_small_mlp.py`` checks all of this against the torch module.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+from torch import nn
+
+from actors.random_stream import uniform
+from policies.distributions import MASKED_LOGIT, ActionHead
+from policies.layers import ObsInput
+from policies.mlp import MLPPolicy
+
+Layer = tuple[np.ndarray, np.ndarray]
+"""One linear layer as NumPy: (weight transposed [in, out], bias [out]), float32, C-contiguous."""
+
+
+@numba.njit(cache=True)
+def _draw_categorical(state, logits, nvec, masks, actions, logprobs):
+    """For each agent ``r`` and component: the masked log-softmax of its logits (``MASKED_LOGIT`` where
+    ``masks[r, j] == 0``, unless nothing in the component is legal), one choice by the inverse CDF of a uniform of
+    the stream ``state``, into ``actions[r, c]``; the chosen log-probs summed into ``logprobs[r]``. ``masks`` of
+    width 0: no masks."""
+    masked = masks.shape[1] > 0
+    for r in range(logits.shape[0]):
+        total = 0.0
+        offset = 0
+        for c in range(nvec.shape[0]):
+            size = nvec[c]
+            unmasked = True
+            if masked:
+                for j in range(size):
+                    if masks[r, offset + j] != 0:
+                        unmasked = False
+                        break
+            top = -math.inf
+            for j in range(size):
+                z = logits[r, offset + j] if unmasked or masks[r, offset + j] != 0 else MASKED_LOGIT
+                top = max(top, z)
+            weight = 0.0
+            for j in range(size):
+                z = logits[r, offset + j] if unmasked or masks[r, offset + j] != 0 else MASKED_LOGIT
+                weight += math.exp(z - top)
+            threshold = uniform(state) * weight
+            pick, last, cumulative = -1, 0, 0.0
+            for j in range(size):
+                z = logits[r, offset + j] if unmasked or masks[r, offset + j] != 0 else MASKED_LOGIT
+                share = math.exp(z - top)
+                if share > 0.0:
+                    last = j
+                cumulative += share
+                if pick < 0 and threshold < cumulative and share > 0.0:
+                    pick = j
+            if pick < 0:  # the threshold at the total's rounding edge: the last choice with weight
+                pick = last
+            chosen = logits[r, offset + pick] if unmasked or masks[r, offset + pick] != 0 else MASKED_LOGIT
+            actions[r, c] = pick
+            total += chosen - top - math.log(weight)
+            offset += size
+        logprobs[r] = total
+
+
+def _linear(module: nn.Module) -> Layer:
+    """An ``nn.Linear``'s weight (transposed) and bias as float32 NumPy arrays."""
+    weight = module.weight.detach().to("cpu").numpy().astype(np.float32)
+    return np.ascontiguousarray(weight.T), module.bias.detach().to("cpu").numpy().astype(np.float32).copy()
+
+
+def _torso_layers(torso: nn.Module) -> list[Layer] | None:
+    """The layers of a torso that alternates ``nn.Linear`` and ``nn.Tanh`` (None for any other structure)."""
+    modules = list(torso.children())
+    if len(modules) % 2 or any(type(m) is not nn.Linear for m in modules[::2]) or \
+            any(type(m) is not nn.Tanh for m in modules[1::2]):
+        return None
+    return [_linear(m) for m in modules[::2]]
+
+
+class SmallMLP:
+    """The NumPy twin of one eligible ``MLPPolicy`` (``of``), with its own draw."""
+
+    def __init__(self, *, obs_size: int, obs_scale: float, torso: list[Layer], critic_torso: list[Layer] | None,
+                 actor: Layer, critic: Layer, nvec: tuple[int, ...], seed: int) -> None:
+        self.obs_size = obs_size
+        self.obs_scale = np.float32(obs_scale)
+        self.torso = torso
+        self.critic_torso = critic_torso
+        """None: the critic reads the actor's torso (model.shared_torso)."""
+        self.actor = actor
+        self.critic = critic
+        self.nvec = np.asarray(nvec, dtype=np.int64)
+        self.stream = np.array([seed], dtype=np.uint64)
+        """The SplitMix64 state of the draws."""
+        self.no_masks = np.zeros((0, 0), dtype=np.uint8)
+
+    @classmethod
+    def of(cls, policy: nn.Module, *, seed: int) -> "SmallMLP | None":
+        """The twin of ``policy`` with its current weights, or None where it would not compute the same function
+        (the module docstring's conditions)."""
+        if type(policy) is not MLPPolicy or type(policy.encoder) is not ObsInput or policy.encoder.obs_norm is not None:
+            return None
+        actor = policy.actor
+        if type(actor) is not ActionHead or actor.log_std is not None or type(policy.critic) is not nn.Linear:
+            return None
+        if next(policy.parameters()).device.type != "cpu":
+            return None
+        torso = _torso_layers(policy.torso)
+        critic_torso = None if policy.critic_torso is None else _torso_layers(policy.critic_torso)
+        if torso is None or (policy.critic_torso is not None and critic_torso is None):
+            return None
+        return cls(obs_size=policy.encoder.obs_size, obs_scale=policy.encoder.obs_scale, torso=torso,
+                   critic_torso=critic_torso, actor=_linear(actor.linear), critic=_linear(policy.critic),
+                   nvec=tuple(policy.distribution.nvec), seed=seed)
+
+    def forward(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """obs [n, *obs_shape] in the env's dtype -> logits [n, sum(nvec)], values [n] (float32)."""
+        features = obs.reshape(len(obs), self.obs_size).astype(np.float32) * self.obs_scale
+        hidden = _run(features, self.torso)
+        critic_hidden = hidden if self.critic_torso is None else _run(features, self.critic_torso)
+        weight, bias = self.actor
+        logits = hidden @ weight
+        logits += bias
+        weight, bias = self.critic
+        values = critic_hidden @ weight
+        values += bias
+        return logits, values[:, 0]
+
+    def draw(self, logits: np.ndarray, masks: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """Actions [n, components] int32 and their log-probs [n] float32 under ``masks`` (None or width 0: none).
+        ValueError for logits that are not all finite (torch's draw refuses them too)."""
+        if not np.isfinite(logits).all():
+            raise ValueError(f"the policy's logits hold {int(np.count_nonzero(~np.isfinite(logits)))} non-finite "
+                             f"values (NaN or inf weights, or observations far outside their range)")
+        n = len(logits)
+        actions = np.empty((n, len(self.nvec)), dtype=np.int32)
+        logprobs = np.empty(n, dtype=np.float32)
+        has_masks = masks is not None and masks.shape[-1]
+        _draw_categorical(self.stream, logits, self.nvec, masks if has_masks else self.no_masks, actions, logprobs)
+        return actions, logprobs
+
+
+def _run(features: np.ndarray, layers: list[Layer]) -> np.ndarray:
+    """A torso: tanh(x W + b) for each layer in turn."""
+    hidden = features
+    for weight, bias in layers:
+        hidden = hidden @ weight
+        hidden += bias
+        np.tanh(hidden, out=hidden)
+    return hidden

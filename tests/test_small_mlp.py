@@ -1,0 +1,126 @@
+"""The NumPy twin of small MLP policies on an actor host (actors/small_mlp.py): used exactly where it computes the
+torch module's function (the eligibility rules), params and values equal to the module's, draws distributed as the
+masked categorical with the module's log-probs, and ``Inference`` running it, following weight loads."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from actors.inference import Inference
+from actors.small_mlp import SmallMLP
+from configs.schema import ModelSection
+from envs.base import EnvSpec
+from envs.spaces import ActionSpace
+from policies.factory import make_policy, state_arrays
+
+FLAT = EnvSpec(num_agents=1, obs_shape=(5,), obs_dtype="float32", action=ActionSpace.discrete(3))
+BYTES = EnvSpec(num_agents=1, obs_shape=(2, 4), obs_dtype="uint8", action=ActionSpace.multi_discrete((3, 2, 4)),
+                action_mask=True)
+BOX = EnvSpec(num_agents=1, obs_shape=(5,), obs_dtype="float32", action=ActionSpace.box([-1.0, -1.0], [1.0, 1.0]))
+MLP = ModelSection(hidden_size=16, num_layers=2)
+
+
+def random_weights(policy: torch.nn.Module, seed: int) -> None:
+    """Weights of a trained-looking size (the initial heads are nearly zero, which would hide errors)."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for parameter in policy.parameters():
+            parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.7)
+
+
+def observations(spec: EnvSpec, n: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    if spec.obs_dtype == "uint8":
+        return rng.integers(0, 256, (n, *spec.obs_shape)).astype(np.uint8)
+    return (rng.standard_normal((n, *spec.obs_shape)) * 2).astype(np.float32)
+
+
+@pytest.mark.parametrize(("spec", "model", "eligible"), [
+    (FLAT, MLP, True),
+    (BYTES, MLP, True),
+    (FLAT, ModelSection(hidden_size=8, num_layers=0), True),
+    (FLAT, ModelSection(hidden_size=8, num_layers=3, shared_torso=True), True),
+    (FLAT, ModelSection(hidden_size=8, num_layers=2, obs_norm=True), False),  # normalisation: keep torch
+    (FLAT, ModelSection(hidden_size=8, num_layers=1, core="lstm"), False),
+    (BOX, MLP, False),  # a Gaussian draw: keep torch
+])
+def test_the_twin_stands_in_only_for_what_it_computes(spec: EnvSpec, model: ModelSection, eligible: bool) -> None:
+    assert (SmallMLP.of(make_policy(spec, model), seed=0) is not None) == eligible
+
+
+@pytest.mark.parametrize("spec", [FLAT, BYTES])
+@pytest.mark.parametrize("model", [MLP, ModelSection(hidden_size=8, num_layers=0),
+                                   ModelSection(hidden_size=12, num_layers=3, shared_torso=True)])
+def test_params_and_values_match_the_torch_module(spec: EnvSpec, model: ModelSection) -> None:
+    policy = make_policy(spec, model)
+    random_weights(policy, 1)
+    obs = observations(spec, 37, 2)
+    logits, values = SmallMLP.of(policy, seed=0).forward(obs)
+    with torch.no_grad():
+        want_logits, want_values = policy(torch.from_numpy(obs))
+    assert logits.dtype == np.float32 and values.dtype == np.float32 and values.shape == (37,)
+    np.testing.assert_allclose(logits, want_logits.numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(values, want_values.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_draws_follow_the_masked_softmax_with_the_modules_log_probs() -> None:
+    policy = make_policy(BYTES, MLP)
+    twin = SmallMLP.of(policy, seed=3)
+    n = 40000
+    logits = np.tile(np.array([[0.5, -1.0, 2.0, 0.3, -0.3, 1.0, 0.0, -2.0, 0.7]], dtype=np.float32), (n, 1))
+    masks = np.tile(np.array([[1, 1, 0, 1, 1, 0, 0, 0, 0]], dtype=np.uint8), (n, 1))  # the last component: none legal
+    actions, logprobs = twin.draw(logits, masks)
+    assert actions.dtype == np.int32 and actions.shape == (n, 3) and logprobs.dtype == np.float32
+
+    def softmax(z: np.ndarray) -> np.ndarray:
+        e = np.exp(z - z.max())
+        return e / e.sum()
+
+    for component, (columns, legal) in enumerate(((slice(0, 3), [0, 1]), (slice(3, 5), [0, 1]),
+                                                  (slice(5, 9), [0, 1, 2, 3]))):
+        want = np.zeros(logits.shape[1] and columns.stop - columns.start)
+        want[legal] = softmax(logits[0, columns][legal].astype(np.float64))
+        freq = np.bincount(actions[:, component], minlength=len(want)) / n
+        np.testing.assert_allclose(freq, want, atol=0.01)
+        assert set(np.unique(actions[:, component])) <= set(legal)
+    want_logprobs = policy.distribution.log_prob(torch.from_numpy(logits), torch.from_numpy(masks),
+                                                 torch.from_numpy(actions.astype(np.int64)))
+    np.testing.assert_allclose(logprobs, want_logprobs.numpy(), rtol=1e-5, atol=1e-5)
+    unmasked_actions, unmasked_logprobs = twin.draw(logits[:100], None)
+    want_unmasked = policy.distribution.log_prob(torch.from_numpy(logits[:100]), None,
+                                                 torch.from_numpy(unmasked_actions.astype(np.int64)))
+    np.testing.assert_allclose(unmasked_logprobs, want_unmasked.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_inference_runs_the_twin_and_follows_loaded_weights() -> None:
+    torch.manual_seed(0)
+    inference = Inference(FLAT, MLP, seed=5)
+    assert inference.small is not None
+    trained = make_policy(FLAT, MLP)
+    random_weights(trained, 7)
+    inference.load(3, state_arrays(trained))
+    obs = observations(FLAT, 50, 8)
+    decisions = inference.decide(obs, np.zeros((50, 0), dtype=np.float32), None)
+    with torch.no_grad():
+        want_logits, want_values = trained(torch.from_numpy(obs))
+    assert inference.version == 3 and decisions.actions.shape == (50,) and decisions.states.shape == (50, 0)
+    np.testing.assert_allclose(decisions.values, want_values.numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(inference.values(obs, np.zeros((50, 0), np.float32)), want_values.numpy(),
+                               rtol=1e-5, atol=1e-5)
+    want_logprobs = trained.distribution.log_prob(want_logits, None, torch.from_numpy(decisions.actions).long())
+    np.testing.assert_allclose(decisions.logprobs, want_logprobs.numpy(), rtol=1e-5, atol=1e-5)
+    again = Inference(FLAT, MLP, seed=5)
+    again.load(3, state_arrays(trained))
+    assert np.array_equal(again.decide(obs, np.zeros((50, 0), np.float32)).actions, decisions.actions)  # seeded
+    with pytest.raises(ValueError, match=r"states shape \(50, 2\) != \(50, 0\)"):
+        inference.decide(obs, np.zeros((50, 2), np.float32))
+
+
+def test_non_finite_logits_are_refused_as_torch_refuses_them() -> None:
+    twin = SmallMLP.of(make_policy(FLAT, MLP), seed=0)
+    logits = np.zeros((4, 3), dtype=np.float32)
+    logits[2, 1] = np.nan
+    with pytest.raises(ValueError, match="the policy's logits hold 1 non-finite values"):
+        twin.draw(logits, None)
