@@ -73,9 +73,7 @@ class Inference(HostPolicy):
         """Switch to the given weights (the NumPy twin reads them too; its draws go on in the same stream)."""
         super().load(version, arrays)
         if self.small is not None:
-            stream = self.small.stream
-            self.small = SmallMLP.of(self.policy, seed=self.seed)
-            self.small.stream = stream
+            self.small = SmallMLP.of(self.policy, seed=self.seed, stream=self.small.stream)
 
     def decide(self, obs: np.ndarray, states: np.ndarray, masks: np.ndarray | None = None) -> Decisions:
         """Sample one action per observation, from each agent's state ``states`` [n, state_size], under

@@ -40,6 +40,12 @@ Layer = tuple[np.ndarray, np.ndarray]
 """One linear layer as NumPy: (weight transposed [in, out], bias [out]), float32, C-contiguous."""
 
 
+@numba.njit(cache=True, inline="always")
+def _logit(logits, masks, r, k, unmasked):
+    """Agent ``r``'s logit ``k`` as the masked softmax reads it: ``MASKED_LOGIT`` where masked."""
+    return logits[r, k] if unmasked or masks[r, k] != 0 else MASKED_LOGIT
+
+
 @numba.njit(cache=True)
 def _draw_categorical(state, logits, nvec, masks, actions, logprobs):
     """For each agent ``r`` and component: the masked log-softmax of its logits (``MASKED_LOGIT`` where
@@ -60,17 +66,14 @@ def _draw_categorical(state, logits, nvec, masks, actions, logprobs):
                         break
             top = -math.inf
             for j in range(size):
-                z = logits[r, offset + j] if unmasked or masks[r, offset + j] != 0 else MASKED_LOGIT
-                top = max(top, z)
+                top = max(top, _logit(logits, masks, r, offset + j, unmasked))
             weight = 0.0
             for j in range(size):
-                z = logits[r, offset + j] if unmasked or masks[r, offset + j] != 0 else MASKED_LOGIT
-                weight += math.exp(z - top)
+                weight += math.exp(_logit(logits, masks, r, offset + j, unmasked) - top)
             threshold = uniform(state) * weight
             pick, last, cumulative = -1, 0, 0.0
             for j in range(size):
-                z = logits[r, offset + j] if unmasked or masks[r, offset + j] != 0 else MASKED_LOGIT
-                share = math.exp(z - top)
+                share = math.exp(_logit(logits, masks, r, offset + j, unmasked) - top)
                 if share > 0.0:
                     last = j
                 cumulative += share
@@ -78,9 +81,8 @@ def _draw_categorical(state, logits, nvec, masks, actions, logprobs):
                     pick = j
             if pick < 0:  # the threshold at the total's rounding edge: the last choice with weight
                 pick = last
-            chosen = logits[r, offset + pick] if unmasked or masks[r, offset + pick] != 0 else MASKED_LOGIT
             actions[r, c] = pick
-            total += chosen - top - math.log(weight)
+            total += _logit(logits, masks, r, offset + pick, unmasked) - top - math.log(weight)
             offset += size
         logprobs[r] = total
 
@@ -104,7 +106,8 @@ class SmallMLP:
     """The NumPy twin of one eligible ``MLPPolicy`` (``of``), with its own draw."""
 
     def __init__(self, *, obs_size: int, obs_scale: float, torso: list[Layer], critic_torso: list[Layer] | None,
-                 actor: Layer, critic: Layer, nvec: tuple[int, ...], seed: int) -> None:
+                 actor: Layer, critic: Layer, nvec: tuple[int, ...], seed: int,
+                 stream: np.ndarray | None = None) -> None:
         self.obs_size = obs_size
         self.obs_scale = np.float32(obs_scale)
         self.torso = torso
@@ -113,14 +116,15 @@ class SmallMLP:
         self.actor = actor
         self.critic = critic
         self.nvec = np.asarray(nvec, dtype=np.int64)
-        self.stream = np.array([seed], dtype=np.uint64)
+        self.stream = np.array([seed], dtype=np.uint64) if stream is None else stream
         """The SplitMix64 state of the draws."""
         self.no_masks = np.zeros((0, 0), dtype=np.uint8)
 
     @classmethod
-    def of(cls, policy: nn.Module, *, seed: int) -> "SmallMLP | None":
+    def of(cls, policy: nn.Module, *, seed: int, stream: np.ndarray | None = None) -> "SmallMLP | None":
         """The twin of ``policy`` with its current weights, or None where it would not compute the same function
-        (the module docstring's conditions)."""
+        (the module docstring's conditions); its draws go on in ``stream`` when given (a twin's ``stream`` before
+        a weight load), else start from ``seed``."""
         if type(policy) is not MLPPolicy or type(policy.encoder) is not ObsInput or policy.encoder.obs_norm is not None:
             return None
         actor = policy.actor
@@ -134,7 +138,7 @@ class SmallMLP:
             return None
         return cls(obs_size=policy.encoder.obs_size, obs_scale=policy.encoder.obs_scale, torso=torso,
                    critic_torso=critic_torso, actor=_linear(actor.linear), critic=_linear(policy.critic),
-                   nvec=tuple(policy.distribution.nvec), seed=seed)
+                   nvec=tuple(policy.distribution.nvec), seed=seed, stream=stream)
 
     def forward(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """obs [n, *obs_shape] in the env's dtype -> logits [n, sum(nvec)], values [n] (float32)."""

@@ -51,10 +51,10 @@ def random_policy_return(episodes: int, seed: int) -> float:
     return float(np.mean(returns))
 
 
-def curve(metrics_lines: list[str]) -> list[dict[str, float]]:
-    """(elapsed s, agent steps, mean return) about every CURVE_EVERY_S seconds of training, and the last update."""
+def curve(records: list[dict]) -> list[dict[str, float]]:
+    """(elapsed s, agent steps, mean return) about every CURVE_EVERY_S seconds of training, and the last update, from
+    the run's metrics records."""
     points, next_at = [], 0.0
-    records = [json.loads(line) for line in metrics_lines if line.strip()]
     for index, record in enumerate(records):
         if record.get("episode_return_mean") is None:
             continue
@@ -84,8 +84,9 @@ def main(argv: Sequence[str] | None = None) -> None:
                          overrides=[f"trainer.target_episode_return={args.target}", *args.overrides]) as run:
             metrics = (run.run_dir / "metrics.jsonl")
             lines = metrics.read_text().splitlines() if metrics.exists() else []
+            records = [json.loads(line) for line in lines if line.strip()]
             solved = SOLVED.search(run.learner_output)
-            points = curve(lines)
+            points = curve(records)
             evaluated = run_episodes(load_policy(run.run_dir), episodes=args.eval_episodes, seed=10_000 + seed)
             emit({"experiment": "minigrid_doorkey", "seed": seed, "target": args.target,
                   "reached": solved is not None,
@@ -95,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                   "eval_episodes": args.eval_episodes,
                   "eval_return_mean": round(float(evaluated.returns.mean()), 3),
                   "eval_length_mean": round(float(evaluated.lengths.mean()), 1),
-                  "agent_steps": json.loads(lines[-1]).get("agent_steps", 0) if lines else 0,
+                  "agent_steps": records[-1].get("agent_steps", 0) if records else 0,
                   "curve": points, "learner_exit_code": run.learner_exit_code})
 
 
