@@ -101,9 +101,10 @@ def test_group_cost_bench_times_the_inference_step_and_the_wake_round_trip() -> 
     assert act["config"] == "configs/cartpole.yaml" and act["slots_per_group"] > 0 and act["calls"] == 200
     assert 0 < act["us_per_agent_step"] < act["us_per_call"] and act["policy"] == "null"
     records = run_bench("group_cost", "--config", "configs/cartpole.yaml", "--calls", "50", "--rounds", "1",
-                        "--step-us", "0", "--policy", "model")
+                        "--step-us", "0", "--policy", "model", "--set", "model.obs_norm=true")
     (act,) = [r for r in records if r["kind"] == "act"]
     assert act["policy"] == "model" and 0 < act["decide_us_per_call"] < act["us_per_call"]
+    assert act["overrides"] == ["model.obs_norm=true"]
     assert not descendants(os.getpid())
 
 
@@ -125,6 +126,7 @@ def test_group_cost_bench_stops_with_a_message_when_the_woken_process_does_not_a
 @pytest.mark.parametrize(("args", "message"), [
     (("--calls", "0"), "--calls, --rounds and --groups-per-call: 1 at least, got 0, 3 and 1"),
     (("--step-us", "-5"), "--step-us: 0 or more, got [-5.0]"),
+    (("--set", "model.obs_nrom=true"), "unknown key 'model.obs_nrom' (did you mean 'obs_norm'?)"),
 ])
 def test_group_cost_bench_refuses_sizes_it_cannot_time(args: tuple[str, ...], message: str) -> None:
     done = subprocess.run([sys.executable, "-m", "ops.bench.group_cost", *args], cwd=REPO, capture_output=True,

@@ -16,7 +16,7 @@ splits it:
 
 Prints one JSON record per measurement round and kind.
 Usage: .venv/bin/python -m ops.bench.group_cost [--config configs/cartpole.yaml ...] [--calls 20000] [--rounds 3]
-[--step-us 0 50] [--groups-per-call 1] [--policy null|model]
+[--step-us 0 50] [--groups-per-call 1] [--policy null|model] [--set KEY=VALUE ...]
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from actors.recurrent_state import AgentStates
 from actors.rows_report import RowsReport
 from actors.slot_layout import SlotLayout
 from actors.stepper import GroupStepper
-from configs.loader import load_config
+from configs.loader import ConfigError, load_config
 from configs.schema import RunConfig
 from envs.base import StepBuffers
 from envs.rows import row_layout
@@ -143,15 +143,15 @@ def time_wake(calls: int, step_us: float) -> tuple[float, float]:
 
 
 def bench(path: str, args: argparse.Namespace) -> None:
-    config = load_config(path)
+    config = load_config(path, args.overrides)
     layout = host_layout(config, None)
     stepper, views = stepper_of(layout, config, args.policy)
     groups_per_call = min(args.groups_per_call, len(views))
     time_act(stepper, views, min(args.calls, 1000), groups_per_call)  # warm: caches, the policy's first draws
     for round_number in range(1, args.rounds + 1):
         elapsed, steps, decide_s = time_act(stepper, views, args.calls, groups_per_call)
-        emit({"bench": "group_cost", "kind": "act", "config": path, "policy": args.policy, "round": round_number,
-              "calls": args.calls,
+        emit({"bench": "group_cost", "kind": "act", "config": path, "overrides": args.overrides,
+              "policy": args.policy, "round": round_number, "calls": args.calls,
               "groups_per_call": groups_per_call, "slots_per_group": len(views[0].slot_ids),
               "us_per_call": round(1e6 * elapsed / args.calls, 2),
               "decide_us_per_call": round(1e6 * decide_s / args.calls, 2),
@@ -171,6 +171,8 @@ def main() -> None:
     parser.add_argument("--policy", choices=("null", "model"), default="null",
                         help="act's policy: null (uniform random actions, no network) or model (the config's policy "
                              "with its initial weights)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="a config override for every --config (e.g. model.obs_norm=true)")
     args = parser.parse_args()
     torch.set_num_threads(1)  # an actor host's default (run.torch_threads)
     if args.calls < 1 or args.rounds < 1 or args.groups_per_call < 1:
@@ -178,6 +180,11 @@ def main() -> None:
                      f"{args.groups_per_call}")
     if any(step < 0 for step in args.step_us):
         parser.error(f"--step-us: 0 or more, got {args.step_us}")
+    for path in args.config or DEFAULT_CONFIGS:
+        try:
+            load_config(path, args.overrides)
+        except ConfigError as err:
+            parser.error(str(err))
     for round_number in range(1, args.rounds + 1):
         for step_us in args.step_us:
             cpu_s, wall_s = time_wake(args.calls, step_us)
