@@ -83,8 +83,8 @@ class Inference(HostPolicy):
         n = len(obs)
         if states.shape != (n, 0):
             raise ValueError(f"states shape {states.shape} != {(n, 0)}")
-        logits, values = self.small.forward(obs)
-        actions, logprobs = self.small.draw(logits, masks)
+        params, values = self.small.forward(obs)
+        actions, logprobs = self.small.draw(params, masks)
         return Decisions(actions=actions.reshape((n, *self.action_shape)), logprobs=logprobs, values=values,
                          states=states)
 

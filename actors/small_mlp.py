@@ -9,17 +9,19 @@ action in one compiled pass.
 It stands in for the torch module only where it computes the same function, checked on the module's structure when
 the weights are read (``SmallMLP.of`` returns None otherwise, and the host keeps torch):
 
-* ``policies.mlp.MLPPolicy`` on the CPU, its encoder ``ObsInput`` without observation normalisation (observations
-  flattened, as float32, times ``obs_scale``);
+* ``policies.mlp.MLPPolicy`` on the CPU, its encoder ``ObsInput`` (observations flattened, as float32, times
+  ``obs_scale``; with ``model.obs_norm`` then ``clip((x - mean) / std, -5, 5)`` with the running statistics the
+  weights carried, as ``policies.obs_normalization.ObsNormalizer`` computes it);
 * each torso (one, or one per head) alternating ``nn.Linear`` and ``nn.Tanh``;
-* an ``ActionHead`` of a discrete or multi_discrete space (box actions keep torch: their draw is torch's Gaussian)
-  and a linear critic.
+* an ``ActionHead`` of a discrete, multi_discrete or box space, and a linear critic.
 
-The draw is the masked categorical of ``policies.distributions.ActionDistribution``: illegal actions get
+The discrete draw is the masked categorical of ``policies.distributions.ActionDistribution``: illegal actions get
 ``MASKED_LOGIT`` (probability 0), a component with no legal action is left unmasked, and the log-prob is the sum
-over components of the chosen actions' log-softmax. Uniforms come from the host's own SplitMix64 stream
-(``actors.random_stream``), seeded like the torch generator it replaces. The products round differently from torch's
-(float32, another summation order): params and values agree within ~1e-6, and the learner recomputes its own.
+over components of the chosen actions' log-softmax. The box draw is its diagonal Gaussian: ``mean + exp(log_std) *
+noise``, unclipped, with the Gaussian's log-prob summed over dimensions. Uniforms come from the host's own SplitMix64
+stream (``actors.random_stream``; normal noise from two of them by Box-Muller), seeded like the torch generator it
+replaces. The products round differently from torch's (float32, another summation order): params and values agree
+within ~1e-6, and the learner recomputes its own.
 ``tests/test_small_mlp.py`` checks all of this against the torch module.
 """
 
@@ -34,7 +36,11 @@ from torch import nn
 from actors.random_stream import uniform
 from policies.distributions import MASKED_LOGIT, ActionHead
 from policies.layers import ObsInput
+from policies.obs_normalization import OBS_CLIP, ObsNormalizer
 from policies.mlp import MLPPolicy
+
+_TWO_PI = 2.0 * math.pi
+_HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 
 Layer = tuple[np.ndarray, np.ndarray]
 """One linear layer as NumPy: (weight transposed [in, out], bias [out]), float32, C-contiguous."""
@@ -87,10 +93,26 @@ def _draw_categorical(state, logits, nvec, masks, actions, logprobs):
         logprobs[r] = total
 
 
+@numba.njit(cache=True)
+def _draw_gaussian(state, params, actions, logprobs):
+    """For each agent ``r``: ``actions[r] = mean + exp(log_std) * noise`` (params ``[mean, log_std]``, ``d`` each;
+    standard normal noise from two uniforms of the stream ``state`` by Box-Muller) and the diagonal Gaussian's
+    log-prob of it, ``sum(-noise**2 / 2 - log_std - log(2 pi) / 2)``, into ``logprobs[r]``."""
+    dims = actions.shape[1]
+    for r in range(params.shape[0]):
+        total = 0.0
+        for j in range(dims):
+            radius = math.sqrt(-2.0 * math.log(1.0 - uniform(state)))  # 1 - u in (0, 1]: log is finite
+            noise = radius * math.cos(_TWO_PI * uniform(state))
+            mean, log_std = params[r, j], params[r, dims + j]
+            actions[r, j] = mean + math.exp(log_std) * noise
+            total += -0.5 * noise * noise - log_std - _HALF_LOG_2PI
+        logprobs[r] = total
+
+
 def _linear(module: nn.Module) -> Layer:
     """An ``nn.Linear``'s weight (transposed) and bias as float32 NumPy arrays."""
-    weight = module.weight.detach().to("cpu").numpy().astype(np.float32)
-    return np.ascontiguousarray(weight.T), module.bias.detach().to("cpu").numpy().astype(np.float32).copy()
+    return np.ascontiguousarray(_float32(module.weight).T), _float32(module.bias)
 
 
 def _torso_layers(torso: nn.Module) -> list[Layer] | None:
@@ -105,15 +127,19 @@ def _torso_layers(torso: nn.Module) -> list[Layer] | None:
 class SmallMLP:
     """The NumPy twin of one eligible ``MLPPolicy`` (``of``), with its own draw."""
 
-    def __init__(self, *, obs_size: int, obs_scale: float, torso: list[Layer], critic_torso: list[Layer] | None,
-                 actor: Layer, critic: Layer, nvec: tuple[int, ...], seed: int,
-                 stream: np.ndarray | None = None) -> None:
+    def __init__(self, *, obs_size: int, obs_scale: float, obs_norm: Layer | None, torso: list[Layer],
+                 critic_torso: list[Layer] | None, actor: Layer, log_std: np.ndarray | None, critic: Layer,
+                 nvec: tuple[int, ...], seed: int, stream: np.ndarray | None = None) -> None:
         self.obs_size = obs_size
         self.obs_scale = np.float32(obs_scale)
+        self.obs_norm = obs_norm
+        """(mean, std) of each feature, float32 (``model.obs_norm``), or None: no normalisation."""
         self.torso = torso
         self.critic_torso = critic_torso
         """None: the critic reads the actor's torso (model.shared_torso)."""
         self.actor = actor
+        self.log_std = log_std
+        """A box head's log standard deviations [d] (float32), or None: a discrete kind."""
         self.critic = critic
         self.nvec = np.asarray(nvec, dtype=np.int64)
         self.stream = np.array([seed], dtype=np.uint64) if stream is None else stream
@@ -125,10 +151,13 @@ class SmallMLP:
         """The twin of ``policy`` with its current weights, or None where it would not compute the same function
         (the module docstring's conditions); its draws go on in ``stream`` when given (a twin's ``stream`` before
         a weight load), else start from ``seed``."""
-        if type(policy) is not MLPPolicy or type(policy.encoder) is not ObsInput or policy.encoder.obs_norm is not None:
+        if type(policy) is not MLPPolicy or type(policy.encoder) is not ObsInput:
+            return None
+        obs_norm = policy.encoder.obs_norm
+        if obs_norm is not None and (type(obs_norm) is not ObsNormalizer or obs_norm.spatial_dims):
             return None
         actor = policy.actor
-        if type(actor) is not ActionHead or actor.log_std is not None or type(policy.critic) is not nn.Linear:
+        if type(actor) is not ActionHead or type(policy.critic) is not nn.Linear:
             return None
         if next(policy.parameters()).device.type != "cpu":
             return None
@@ -136,35 +165,60 @@ class SmallMLP:
         critic_torso = None if policy.critic_torso is None else _torso_layers(policy.critic_torso)
         if torso is None or (policy.critic_torso is not None and critic_torso is None):
             return None
-        return cls(obs_size=policy.encoder.obs_size, obs_scale=policy.encoder.obs_scale, torso=torso,
-                   critic_torso=critic_torso, actor=_linear(actor.linear), critic=_linear(policy.critic),
-                   nvec=tuple(policy.distribution.nvec), seed=seed, stream=stream)
+        return cls(obs_size=policy.encoder.obs_size, obs_scale=policy.encoder.obs_scale,
+                   obs_norm=None if obs_norm is None else _statistics(obs_norm), torso=torso,
+                   critic_torso=critic_torso, actor=_linear(actor.linear),
+                   log_std=None if actor.log_std is None else _float32(actor.log_std),
+                   critic=_linear(policy.critic), nvec=tuple(policy.distribution.nvec), seed=seed, stream=stream)
 
     def forward(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """obs [n, *obs_shape] in the env's dtype -> logits [n, sum(nvec)], values [n] (float32)."""
+        """obs [n, *obs_shape] in the env's dtype -> the head's params [n, param_size] (logits, or a box's means
+        then log-stds), values [n] (float32)."""
         features = obs.reshape(len(obs), self.obs_size).astype(np.float32) * self.obs_scale
+        if self.obs_norm is not None:
+            mean, std = self.obs_norm
+            features -= mean
+            features /= std
+            np.clip(features, -OBS_CLIP, OBS_CLIP, out=features)
         hidden = _run(features, self.torso)
         critic_hidden = hidden if self.critic_torso is None else _run(features, self.critic_torso)
         weight, bias = self.actor
-        logits = hidden @ weight
-        logits += bias
+        params = hidden @ weight
+        params += bias
+        if self.log_std is not None:
+            params = np.concatenate([params, np.broadcast_to(self.log_std, params.shape)], axis=1)
         weight, bias = self.critic
         values = critic_hidden @ weight
         values += bias
-        return logits, values[:, 0]
+        return params, values[:, 0]
 
-    def draw(self, logits: np.ndarray, masks: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-        """Actions [n, components] int32 and their log-probs [n] float32 under ``masks`` (None or width 0: none).
-        ValueError for logits that are not all finite (torch's draw refuses them too)."""
-        if not np.isfinite(logits).all():
-            raise ValueError(f"the policy's logits hold {int(np.count_nonzero(~np.isfinite(logits)))} non-finite "
+    def draw(self, params: np.ndarray, masks: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """Actions [n, components] int32 (a box: [n, d] float32) and their log-probs [n] float32 under ``masks``
+        (None or width 0: none; a box has none). ValueError for params that are not all finite (torch's
+        categorical draw refuses them too; a box's would send NaN actions to the env)."""
+        if not np.isfinite(params).all():
+            raise ValueError(f"the policy's outputs hold {int(np.count_nonzero(~np.isfinite(params)))} non-finite "
                              f"values (NaN or inf weights, or observations far outside their range)")
-        n = len(logits)
-        actions = np.empty((n, len(self.nvec)), dtype=np.int32)
+        n = len(params)
         logprobs = np.empty(n, dtype=np.float32)
+        if self.log_std is not None:
+            actions = np.empty((n, len(self.log_std)), dtype=np.float32)
+            _draw_gaussian(self.stream, params, actions, logprobs)
+            return actions, logprobs
+        actions = np.empty((n, len(self.nvec)), dtype=np.int32)
         has_masks = masks is not None and masks.shape[-1]
-        _draw_categorical(self.stream, logits, self.nvec, masks if has_masks else self.no_masks, actions, logprobs)
+        _draw_categorical(self.stream, params, self.nvec, masks if has_masks else self.no_masks, actions, logprobs)
         return actions, logprobs
+
+
+def _float32(tensor) -> np.ndarray:
+    """A tensor's values as a C-contiguous float32 NumPy array of its own."""
+    return np.ascontiguousarray(tensor.detach().to("cpu").numpy(), dtype=np.float32).copy()
+
+
+def _statistics(obs_norm: ObsNormalizer) -> Layer:
+    """An ``ObsNormalizer``'s (mean, std) per feature in float32, as its forward pass casts them."""
+    return _float32(obs_norm.stats.mean), _float32(obs_norm.stats.std())
 
 
 def _run(features: np.ndarray, layers: list[Layer]) -> np.ndarray:

@@ -4,6 +4,8 @@ masked categorical with the module's log-probs, and ``Inference`` running it, fo
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -19,7 +21,20 @@ FLAT = EnvSpec(num_agents=1, obs_shape=(5,), obs_dtype="float32", action=ActionS
 BYTES = EnvSpec(num_agents=1, obs_shape=(2, 4), obs_dtype="uint8", action=ActionSpace.multi_discrete((3, 2, 4)),
                 action_mask=True)
 BOX = EnvSpec(num_agents=1, obs_shape=(5,), obs_dtype="float32", action=ActionSpace.box([-1.0, -1.0], [1.0, 1.0]))
+IMAGE = EnvSpec(num_agents=1, obs_shape=(2, 5, 5), obs_dtype="uint8", action=ActionSpace.discrete(3),
+                image_layout="chw")
 MLP = ModelSection(hidden_size=16, num_layers=2)
+NORM = ModelSection(hidden_size=16, num_layers=2, obs_norm=True)
+
+
+def with_statistics(policy: torch.nn.Module, seed: int) -> None:
+    """Running observation statistics of a trained-looking size (the initial ones are the identity)."""
+    stats = policy.encoder.obs_norm.stats
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        stats.mean.copy_(torch.randn(stats.mean.shape, generator=generator, dtype=torch.float64))
+        stats.var.copy_(torch.rand(stats.var.shape, generator=generator, dtype=torch.float64) * 4 + 0.01)
+        stats.count.fill_(1000.0)
 
 
 def random_weights(policy: torch.nn.Module, seed: int) -> None:
@@ -42,20 +57,23 @@ def observations(spec: EnvSpec, n: int, seed: int) -> np.ndarray:
     (BYTES, MLP, True),
     (FLAT, ModelSection(hidden_size=8, num_layers=0), True),
     (FLAT, ModelSection(hidden_size=8, num_layers=3, shared_torso=True), True),
-    (FLAT, ModelSection(hidden_size=8, num_layers=2, obs_norm=True), False),  # normalisation: keep torch
+    (FLAT, ModelSection(hidden_size=8, num_layers=2, obs_norm=True), True),
+    (BOX, MLP, True),
     (FLAT, ModelSection(hidden_size=8, num_layers=1, core="lstm"), False),
-    (BOX, MLP, False),  # a Gaussian draw: keep torch
+    (IMAGE, ModelSection(hidden_size=8, num_layers=1), False),  # a CNN encoder
 ])
 def test_the_twin_stands_in_only_for_what_it_computes(spec: EnvSpec, model: ModelSection, eligible: bool) -> None:
     assert (SmallMLP.of(make_policy(spec, model), seed=0) is not None) == eligible
 
 
-@pytest.mark.parametrize("spec", [FLAT, BYTES])
+@pytest.mark.parametrize("spec", [FLAT, BYTES, BOX])
 @pytest.mark.parametrize("model", [MLP, ModelSection(hidden_size=8, num_layers=0),
-                                   ModelSection(hidden_size=12, num_layers=3, shared_torso=True)])
+                                   ModelSection(hidden_size=12, num_layers=3, shared_torso=True), NORM])
 def test_params_and_values_match_the_torch_module(spec: EnvSpec, model: ModelSection) -> None:
     policy = make_policy(spec, model)
     random_weights(policy, 1)
+    if model.obs_norm:
+        with_statistics(policy, 4)
     obs = observations(spec, 37, 2)
     logits, values = SmallMLP.of(policy, seed=0).forward(obs)
     with torch.no_grad():
@@ -94,6 +112,41 @@ def test_draws_follow_the_masked_softmax_with_the_modules_log_probs() -> None:
     np.testing.assert_allclose(unmasked_logprobs, want_unmasked.numpy(), rtol=1e-5, atol=1e-5)
 
 
+def test_box_draws_are_the_gaussian_with_the_modules_log_probs() -> None:
+    policy = make_policy(BOX, MLP)
+    twin = SmallMLP.of(policy, seed=9)
+    n = 40000
+    params = np.tile(np.array([[0.5, -2.0, -0.7, 0.4]], dtype=np.float32), (n, 1))  # means, then log-stds
+    actions, logprobs = twin.draw(params, None)
+    assert actions.dtype == np.float32 and actions.shape == (n, 2) and logprobs.dtype == np.float32
+    std = np.exp(params[0, 2:])
+    assert (np.abs(actions.mean(axis=0) - params[0, :2]) < 4 * std / np.sqrt(n)).all()
+    np.testing.assert_allclose(actions.std(axis=0), std, rtol=0.02)
+    z = (actions - params[0, :2]) / std
+    assert np.abs(np.corrcoef(z[:, 0], z[:, 1])[0, 1]) < 0.03  # independent dimensions
+    for edge in (-1.0, 0.0, 1.0):  # the normal's CDF, not only its moments
+        np.testing.assert_allclose((z[:, 0] < edge).mean(), 0.5 * (1 + math.erf(edge / math.sqrt(2))), atol=0.01)
+    want = policy.distribution.log_prob(torch.from_numpy(params), None, torch.from_numpy(actions))
+    np.testing.assert_allclose(logprobs, want.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_inference_runs_the_box_and_normalising_twin_and_follows_loaded_weights() -> None:
+    inference = Inference(BOX, NORM, seed=2)
+    assert inference.small is not None
+    trained = make_policy(BOX, NORM)
+    random_weights(trained, 3)
+    with_statistics(trained, 4)
+    inference.load(1, state_arrays(trained))
+    obs = observations(BOX, 30, 5)
+    decisions = inference.decide(obs, np.zeros((30, 0), dtype=np.float32), None)
+    with torch.no_grad():
+        want_params, want_values = trained(torch.from_numpy(obs))
+    assert decisions.actions.shape == (30, 2) and decisions.actions.dtype == np.float32
+    np.testing.assert_allclose(decisions.values, want_values.numpy(), rtol=1e-5, atol=1e-5)
+    want_logprobs = trained.distribution.log_prob(want_params, None, torch.from_numpy(decisions.actions))
+    np.testing.assert_allclose(decisions.logprobs, want_logprobs.numpy(), rtol=1e-5, atol=1e-5)
+
+
 def test_inference_runs_the_twin_and_follows_loaded_weights() -> None:
     torch.manual_seed(0)
     inference = Inference(FLAT, MLP, seed=5)
@@ -118,9 +171,12 @@ def test_inference_runs_the_twin_and_follows_loaded_weights() -> None:
         inference.decide(obs, np.zeros((50, 2), np.float32))
 
 
-def test_non_finite_logits_are_refused_as_torch_refuses_them() -> None:
+def test_non_finite_outputs_are_refused() -> None:
     twin = SmallMLP.of(make_policy(FLAT, MLP), seed=0)
     logits = np.zeros((4, 3), dtype=np.float32)
     logits[2, 1] = np.nan
-    with pytest.raises(ValueError, match="the policy's logits hold 1 non-finite values"):
+    with pytest.raises(ValueError, match="the policy's outputs hold 1 non-finite values"):
         twin.draw(logits, None)
+    box = SmallMLP.of(make_policy(BOX, MLP), seed=0)
+    with pytest.raises(ValueError, match="the policy's outputs hold 2 non-finite values"):
+        box.draw(np.array([[0.0, np.inf, 0.0, -np.inf]], dtype=np.float32), None)
