@@ -58,8 +58,9 @@ class HostPolicy:
 class Inference(HostPolicy):
     """The current per-agent policy (``policies.factory.make_policy``), its version, and a seeded sampler.
 
-    A small MLP policy on the CPU runs as its NumPy twin (``actors.small_mlp.SmallMLP``, rebuilt at each ``load``):
-    the same function and draw, without torch's cost per operation."""
+    A small MLP policy on the CPU (feed-forward or with an LSTM cell) runs as its NumPy twin
+    (``actors.small_mlp.SmallMLP``, rebuilt at each ``load``): the same function and draw, without torch's cost per
+    operation."""
 
     def __init__(self, spec: EnvSpec, model: ModelSection, *, seed: int, device: str = "cpu") -> None:
         super().__init__(make_policy(spec, model), seed=seed, device=device)
@@ -81,12 +82,10 @@ class Inference(HostPolicy):
         if self.small is None:
             return self._decide_torch(obs, states, masks)
         n = len(obs)
-        if states.shape != (n, 0):
-            raise ValueError(f"states shape {states.shape} != {(n, 0)}")
-        params, values = self.small.forward(obs)
+        params, values, new_states = self.small.step(obs, self._checked(states, n))
         actions, logprobs = self.small.draw(params, masks)
         return Decisions(actions=actions.reshape((n, *self.action_shape)), logprobs=logprobs, values=values,
-                         states=states)
+                         states=new_states)
 
     @torch.no_grad()
     def _decide_torch(self, obs: np.ndarray, states: np.ndarray, masks: np.ndarray | None) -> Decisions:
@@ -101,18 +100,22 @@ class Inference(HostPolicy):
     def values(self, obs: np.ndarray, states: np.ndarray) -> np.ndarray:
         """Value estimates only (for the final observations of truncated episodes, from their last state)."""
         if self.small is not None:
-            return self.small.forward(obs)[1]
+            return self.small.step(obs, self._checked(states, len(obs)))[1]
         return _numpy(self.policy.step(self._tensor(obs), self._states(states, len(obs)))[1])
 
     def _tensor(self, array: np.ndarray) -> torch.Tensor:
         """``array`` as a tensor on the policy's device (a view on the CPU, one copy to a GPU)."""
         return torch.from_numpy(array).to(self.device)
 
-    def _states(self, states: np.ndarray, n: int) -> torch.Tensor:
-        """Checked float32 tensor view of [n, state_size] states."""
+    def _checked(self, states: np.ndarray, n: int) -> np.ndarray:
+        """[n, state_size] states, checked, as float32 (a view when they are already)."""
         if states.shape != (n, self.state_size):
             raise ValueError(f"states shape {states.shape} != {(n, self.state_size)}")
-        return self._tensor(np.ascontiguousarray(states, dtype=np.float32))
+        return np.ascontiguousarray(states, dtype=np.float32)
+
+    def _states(self, states: np.ndarray, n: int) -> torch.Tensor:
+        """Checked float32 tensor view of [n, state_size] states."""
+        return self._tensor(self._checked(states, n))
 
 
 def _numpy(tensor: torch.Tensor) -> np.ndarray:

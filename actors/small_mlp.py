@@ -1,4 +1,5 @@
-"""An actor host's forward pass and draw for a small MLP policy in NumPy, without torch's cost per operation.
+"""An actor host's forward pass and draw for a small MLP policy (feed-forward, or with an LSTM cell) in NumPy,
+without torch's cost per operation.
 
 A CartPole policy (two tanh torsos of 32, a 2-logit head) does about 20 torch operations per inference step, each
 costing microseconds whatever the batch holds: ``python -m ops.bench.group_cost --policy model`` measured its
@@ -9,10 +10,11 @@ action in one compiled pass.
 It stands in for the torch module only where it computes the same function, checked on the module's structure when
 the weights are read (``SmallMLP.of`` returns None otherwise, and the host keeps torch):
 
-* ``policies.mlp.MLPPolicy`` on the CPU, its encoder ``ObsInput`` (observations flattened, as float32, times
+* ``policies.mlp.MLPPolicy`` or ``policies.lstm.LSTMPolicy`` (its ``nn.LSTMCell`` after the torso: the state
+  ``[h, c]`` in, the next one out) on the CPU, its encoder ``ObsInput`` (observations flattened, as float32, times
   ``obs_scale``; with ``model.obs_norm`` then ``clip((x - mean) / std, -5, 5)`` with the running statistics the
   weights carried, as ``policies.obs_normalization.ObsNormalizer`` computes it);
-* each torso (one, or one per head) alternating ``nn.Linear`` and ``nn.Tanh``;
+* each torso (one, or one per head; an LSTM policy has one) alternating ``nn.Linear`` and ``nn.Tanh``;
 * an ``ActionHead`` of a discrete, multi_discrete or box space, and a linear critic.
 
 The discrete draw is the masked categorical of ``policies.distributions.ActionDistribution``: illegal actions get
@@ -37,6 +39,7 @@ from actors.random_stream import uniform
 from policies.distributions import MASKED_LOGIT, ActionHead
 from policies.layers import ObsInput
 from policies.obs_normalization import OBS_CLIP, ObsNormalizer
+from policies.lstm import LSTMPolicy
 from policies.mlp import MLPPolicy
 
 _TWO_PI = 2.0 * math.pi
@@ -128,15 +131,20 @@ class SmallMLP:
     """The NumPy twin of one eligible ``MLPPolicy`` (``of``), with its own draw."""
 
     def __init__(self, *, obs_size: int, obs_scale: float, obs_norm: Layer | None, torso: list[Layer],
-                 critic_torso: list[Layer] | None, actor: Layer, log_std: np.ndarray | None, critic: Layer,
-                 nvec: tuple[int, ...], seed: int, stream: np.ndarray | None = None) -> None:
+                 critic_torso: list[Layer] | None, cell: Layer | None = None, actor: Layer, log_std: np.ndarray | None,
+                 critic: Layer, nvec: tuple[int, ...], seed: int, stream: np.ndarray | None = None) -> None:
         self.obs_size = obs_size
         self.obs_scale = np.float32(obs_scale)
         self.obs_norm = obs_norm
         """(mean, std) of each feature, float32 (``model.obs_norm``), or None: no normalisation."""
         self.torso = torso
         self.critic_torso = critic_torso
-        """None: the critic reads the actor's torso (model.shared_torso)."""
+        """None: the critic reads the actor's torso (model.shared_torso, or an LSTM policy's one torso)."""
+        self.cell = cell
+        """An LSTM cell's input and recurrent weights stacked ([in + H, 4H], transposed) and its two biases summed
+        ([4H]), or None: feed-forward."""
+        self.state_size = 0 if cell is None else cell[0].shape[1] // 2
+        """Floats of recurrent state per agent: h then c (0: feed-forward)."""
         self.actor = actor
         self.log_std = log_std
         """A box head's log standard deviations [d] (float32), or None: a discrete kind."""
@@ -151,7 +159,8 @@ class SmallMLP:
         """The twin of ``policy`` with its current weights, or None where it would not compute the same function
         (the module docstring's conditions); its draws go on in ``stream`` when given (a twin's ``stream`` before
         a weight load), else start from ``seed``."""
-        if type(policy) is not MLPPolicy or type(policy.encoder) is not ObsInput:
+        recurrent = type(policy) is LSTMPolicy
+        if not (type(policy) is MLPPolicy or recurrent) or type(policy.encoder) is not ObsInput:
             return None
         obs_norm = policy.encoder.obs_norm
         if obs_norm is not None and (type(obs_norm) is not ObsNormalizer or obs_norm.spatial_dims):
@@ -159,21 +168,23 @@ class SmallMLP:
         actor = policy.actor
         if type(actor) is not ActionHead or type(policy.critic) is not nn.Linear:
             return None
+        if recurrent and (type(policy.cell) is not nn.LSTMCell or policy.cell.bias is False):
+            return None
         if next(policy.parameters()).device.type != "cpu":
             return None
         torso = _torso_layers(policy.torso)
-        critic_torso = None if policy.critic_torso is None else _torso_layers(policy.critic_torso)
-        if torso is None or (policy.critic_torso is not None and critic_torso is None):
+        critic_torso = None if recurrent or policy.critic_torso is None else _torso_layers(policy.critic_torso)
+        if torso is None or (not recurrent and policy.critic_torso is not None and critic_torso is None):
             return None
         return cls(obs_size=policy.encoder.obs_size, obs_scale=policy.encoder.obs_scale,
                    obs_norm=None if obs_norm is None else _statistics(obs_norm), torso=torso,
-                   critic_torso=critic_torso, actor=_linear(actor.linear),
-                   log_std=None if actor.log_std is None else _float32(actor.log_std),
+                   critic_torso=critic_torso, cell=_lstm_cell(policy.cell) if recurrent else None,
+                   actor=_linear(actor.linear), log_std=None if actor.log_std is None else _float32(actor.log_std),
                    critic=_linear(policy.critic), nvec=tuple(policy.distribution.nvec), seed=seed, stream=stream)
 
-    def forward(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """obs [n, *obs_shape] in the env's dtype -> the head's params [n, param_size] (logits, or a box's means
-        then log-stds), values [n] (float32)."""
+    def step(self, obs: np.ndarray, states: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """obs [n, *obs_shape] in the env's dtype and states [n, state_size] -> the head's params [n, param_size]
+        (logits, or a box's means then log-stds), values [n] and the next states [n, state_size] (float32)."""
         features = obs.reshape(len(obs), self.obs_size).astype(np.float32) * self.obs_scale
         if self.obs_norm is not None:
             mean, std = self.obs_norm
@@ -182,6 +193,9 @@ class SmallMLP:
             np.clip(features, -OBS_CLIP, OBS_CLIP, out=features)
         hidden = _run(features, self.torso)
         critic_hidden = hidden if self.critic_torso is None else _run(features, self.critic_torso)
+        if self.cell is not None:
+            hidden, states = _lstm_step(hidden, states, self.cell)
+            critic_hidden = hidden
         weight, bias = self.actor
         params = hidden @ weight
         params += bias
@@ -190,7 +204,7 @@ class SmallMLP:
         weight, bias = self.critic
         values = critic_hidden @ weight
         values += bias
-        return params, values[:, 0]
+        return params, values[:, 0], states
 
     def draw(self, params: np.ndarray, masks: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         """Actions [n, components] int32 (a box: [n, d] float32) and their log-probs [n] float32 under ``masks``
@@ -219,6 +233,34 @@ def _float32(tensor) -> np.ndarray:
 def _statistics(obs_norm: ObsNormalizer) -> Layer:
     """An ``ObsNormalizer``'s (mean, std) per feature in float32, as its forward pass casts them."""
     return _float32(obs_norm.stats.mean), _float32(obs_norm.stats.std())
+
+
+def _lstm_cell(cell: nn.LSTMCell) -> Layer:
+    """An ``nn.LSTMCell``'s weights as one product: ``[x, h] @ W + b`` gives its four gates (PyTorch's order: input,
+    forget, cell, output)."""
+    weight = np.concatenate([_float32(cell.weight_ih).T, _float32(cell.weight_hh).T], axis=0)
+    return np.ascontiguousarray(weight), _float32(cell.bias_ih) + _float32(cell.bias_hh)
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    """The logistic function as 0.5 + 0.5 tanh(x / 2): exact in float32 and no overflow for large |x|."""
+    out = np.tanh(x * np.float32(0.5))
+    out *= np.float32(0.5)
+    out += np.float32(0.5)
+    return out
+
+
+def _lstm_step(inputs: np.ndarray, states: np.ndarray, cell: Layer) -> tuple[np.ndarray, np.ndarray]:
+    """One LSTM cell step for n agents: inputs [n, in] and states [n, 2H] (h then c) -> h' [n, H], [h', c']."""
+    weight, bias = cell
+    size = weight.shape[1] // 4
+    h, c = states[:, :size], states[:, size:]
+    gates = np.concatenate([inputs, h], axis=1) @ weight
+    gates += bias
+    cell_next = _sigmoid(gates[:, size:2 * size]) * c
+    cell_next += _sigmoid(gates[:, :size]) * np.tanh(gates[:, 2 * size:3 * size])
+    hidden_next = _sigmoid(gates[:, 3 * size:]) * np.tanh(cell_next)
+    return hidden_next, np.concatenate([hidden_next, cell_next], axis=1)
 
 
 def _run(features: np.ndarray, layers: list[Layer]) -> np.ndarray:

@@ -59,7 +59,8 @@ def observations(spec: EnvSpec, n: int, seed: int) -> np.ndarray:
     (FLAT, ModelSection(hidden_size=8, num_layers=3, shared_torso=True), True),
     (FLAT, ModelSection(hidden_size=8, num_layers=2, obs_norm=True), True),
     (BOX, MLP, True),
-    (FLAT, ModelSection(hidden_size=8, num_layers=1, core="lstm"), False),
+    (FLAT, ModelSection(hidden_size=8, num_layers=1, core="lstm"), True),
+    (BOX, ModelSection(hidden_size=8, num_layers=0, core="lstm", obs_norm=True), True),
     (IMAGE, ModelSection(hidden_size=8, num_layers=1), False),  # a CNN encoder
 ])
 def test_the_twin_stands_in_only_for_what_it_computes(spec: EnvSpec, model: ModelSection, eligible: bool) -> None:
@@ -75,12 +76,37 @@ def test_params_and_values_match_the_torch_module(spec: EnvSpec, model: ModelSec
     if model.obs_norm:
         with_statistics(policy, 4)
     obs = observations(spec, 37, 2)
-    logits, values = SmallMLP.of(policy, seed=0).forward(obs)
+    logits, values, states = SmallMLP.of(policy, seed=0).step(obs, np.zeros((37, 0), np.float32))
+    assert states.shape == (37, 0)
     with torch.no_grad():
         want_logits, want_values = policy(torch.from_numpy(obs))
     assert logits.dtype == np.float32 and values.dtype == np.float32 and values.shape == (37,)
     np.testing.assert_allclose(logits, want_logits.numpy(), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(values, want_values.numpy(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("spec", [FLAT, BYTES, BOX])
+@pytest.mark.parametrize("model", [ModelSection(hidden_size=16, num_layers=1, core="lstm"),
+                                   ModelSection(hidden_size=8, num_layers=0, core="lstm", obs_norm=True)])
+def test_lstm_steps_match_the_torch_module_from_any_state(spec: EnvSpec, model: ModelSection) -> None:
+    policy = make_policy(spec, model)
+    random_weights(policy, 6)
+    if model.obs_norm:
+        with_statistics(policy, 7)
+    twin = SmallMLP.of(policy, seed=0)
+    assert twin.state_size == policy.state_size
+    states = (np.random.default_rng(8).standard_normal((29, policy.state_size)) * 1.5).astype(np.float32)
+    states[:5] = 0.0  # agents whose episode just began
+    for t in range(3):  # the twin's states fed back, as the host does
+        obs = observations(spec, 29, 9 + t)
+        params, values, next_states = twin.step(obs, states)
+        with torch.no_grad():
+            want_params, want_values, want_states = policy.step(torch.from_numpy(obs), torch.from_numpy(states))
+        np.testing.assert_allclose(params, want_params.numpy(), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(values, want_values.numpy(), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(next_states, want_states.numpy(), rtol=1e-5, atol=1e-5)
+        assert next_states.dtype == np.float32 and next_states.shape == states.shape
+        states = next_states
 
 
 def test_draws_follow_the_masked_softmax_with_the_modules_log_probs() -> None:
@@ -145,6 +171,28 @@ def test_inference_runs_the_box_and_normalising_twin_and_follows_loaded_weights(
     np.testing.assert_allclose(decisions.values, want_values.numpy(), rtol=1e-5, atol=1e-5)
     want_logprobs = trained.distribution.log_prob(want_params, None, torch.from_numpy(decisions.actions))
     np.testing.assert_allclose(decisions.logprobs, want_logprobs.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_inference_runs_the_lstm_twin_with_each_agents_state() -> None:
+    model = ModelSection(hidden_size=8, num_layers=1, core="lstm")
+    inference = Inference(BYTES, model, seed=4)
+    assert inference.small is not None and inference.state_size == 16
+    trained = make_policy(BYTES, model)
+    random_weights(trained, 5)
+    inference.load(2, state_arrays(trained))
+    obs = observations(BYTES, 20, 6)
+    states = np.random.default_rng(7).standard_normal((20, 16)).astype(np.float32)
+    masks = np.ones((20, 9), dtype=np.uint8)
+    decisions = inference.decide(obs, states, masks)
+    with torch.no_grad():
+        want_params, want_values, want_states = trained.step(torch.from_numpy(obs), torch.from_numpy(states))
+    np.testing.assert_allclose(decisions.states, want_states.numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(decisions.values, want_values.numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(inference.values(obs, states), want_values.numpy(), rtol=1e-5, atol=1e-5)
+    want_logprobs = trained.distribution.log_prob(want_params, None, torch.from_numpy(decisions.actions).long())
+    np.testing.assert_allclose(decisions.logprobs, want_logprobs.numpy(), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match=r"states shape \(20, 0\) != \(20, 16\)"):
+        inference.values(obs, np.zeros((20, 0), np.float32))
 
 
 def test_inference_runs_the_twin_and_follows_loaded_weights() -> None:
