@@ -20,7 +20,6 @@ from contextlib import ExitStack
 from types import TracebackType
 from dataclasses import dataclass
 
-import torch
 import zmq
 
 from actors.alternation import OpponentAlternation
@@ -48,6 +47,7 @@ from configs.schema import RunConfig
 from envs.base import EnvSpec
 from envs.registry import env_spec
 from envs.rows import message_sizing, run_row_layout
+from policies.threads import use_threads
 from protocol import Limits
 from protocol.curve import ClientCurve
 from protocol.endpoints import Endpoint
@@ -152,7 +152,7 @@ def build_host(registration: Registration, link: LearnerLink, *, options: HostOp
                resources: ExitStack, metrics: HostMetrics) -> ActorHost:
     """Every part of an actor host and the links between them; what needs releasing goes on ``resources``."""
     config = config_from_dict(registration.config)
-    torch.set_num_threads(config.run.torch_threads)
+    use_threads(config.run.torch_threads)
     spec = env_spec(config.env)
     plan = make_plan(config.trainer, num_agents=config.env.num_agents,
                      num_workers=options.num_workers or config.trainer.num_workers)

@@ -51,8 +51,9 @@ class RunSection:
     keep_checkpoints: PositiveInt = 3
     """How many most recent checkpoints to keep."""
     torch_threads: PositiveInt = 1
-    """torch intra-op threads in the learner and in actor inference; keep threads x processes within the cores
-    (oversubscribed, every small op waits on spinning threads: 2 on a 2-core COMA run made updates 3.7x slower)."""
+    """torch intra-op threads, and BLAS threads under NumPy's products, in the learner and in actor inference; keep
+    threads x processes within the cores (oversubscribed, every small op waits on spinning threads: 2 on a 2-core
+    COMA run made updates 3.7x slower)."""
     stall_factor: Annotated[float, Range(low=1.0)] = 10.0
     """With actor hosts registered, no update for this many times the usual interval between updates is a stall:
     one line naming the likely cause, the sluice_learner_stalled gauge (learner/monitor/stall_watch.py)."""

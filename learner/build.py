@@ -21,6 +21,7 @@ from learner.ppo.algorithm import PPO
 from learner.ranks.context import RankContext
 from learner.run.checkpoint import Checkpoint
 from learner.update.reducer import SINGLE_PROCESS, Reducer
+from policies.threads import use_threads
 
 
 def resolve_device(name: str) -> torch.device:
@@ -76,7 +77,7 @@ def build_learner(config: RunConfig, ranks: RankContext | None, *, resume: Calla
     """Threads, seed, device, env spec and plan (a config mistake stops here, before any file is touched), then the
     checkpoint ``resume`` returns (None: fresh weights) and the algorithm, seeded with run.seed + the update the run
     starts at + ``seed_offset`` (a rank's). Under torchrun every rank then holds rank 0's weights (a broadcast)."""
-    torch.set_num_threads(config.run.torch_threads)
+    use_threads(config.run.torch_threads)
     torch.manual_seed(config.run.seed)
     device = resolve_device(config.run.device)
     spec = probe_env_spec(config.env)

@@ -84,9 +84,9 @@ def test_segment_names_must_carry_the_prefix():
 
 @pytest.fixture
 def in_process(monkeypatch):
-    """Run ``main`` inside the test: pytest keeps its signal handlers and torch its thread count."""
+    """Run ``main`` inside the test: pytest keeps its signal handlers, and torch and BLAS their thread counts."""
     monkeypatch.setattr(signal, "signal", lambda *args: None)
-    monkeypatch.setattr("torch.set_num_threads", lambda n: None)
+    monkeypatch.setattr("actors.wiring.use_threads", lambda n: None)
     return monkeypatch
 
 

@@ -48,9 +48,9 @@ def test_the_first_stop_request_decides_the_exit_code():
 
 @pytest.fixture
 def in_process(monkeypatch):
-    """Run ``main`` inside the test: pytest keeps its signal handlers and torch its thread count."""
+    """Run ``main`` inside the test: pytest keeps its signal handlers, and torch and BLAS their thread counts."""
     monkeypatch.setattr(signal, "signal", lambda *args: None)
-    monkeypatch.setattr("torch.set_num_threads", lambda n: None)
+    monkeypatch.setattr("actors.wiring.use_threads", lambda n: None)
     return monkeypatch
 
 

@@ -5,10 +5,11 @@ splits it:
 
 * ``act``: ``GroupStepper.act`` on one group (or ``--groups-per-call``), in this process, on buffers laid out as an
   actor host of the config lays them out (``ops.bench.assembler_copy.host_layout``), with the null policy (or
-  ``--policy model``: the config's policy with its initial weights, on one torch thread) and no worker: the scan of
-  the slots' flags, the observations' copy, the policy's draw, the actions' write and the row assembler's kernel.
-  Every slot is active and observes zeros; no episode ends. Full rows are popped and released untimed. The record
-  splits out ``decide_us_per_call``, the policy's share (the forward pass and the draw).
+  ``--policy model``: the config's policy with its initial weights, on ``run.torch_threads`` threads of torch and
+  of BLAS, as a host runs it) and no worker: the scan of the slots' flags, the observations' copy, the policy's
+  draw, the actions' write and the row assembler's kernel. Every slot is active and observes zeros; no episode
+  ends. Full rows are popped and released untimed. The record splits out ``decide_us_per_call``, the policy's share
+  (the forward pass and the draw), and gives ``cpu_us_per_call``, the process's CPU (all its threads) per call.
 * ``wake``: one round trip over a Unix socket pair to a process that sleeps in ``read`` until woken, steps for
   ``--step-us`` (a spin), and answers 2 bytes, the way the host wakes a worker (``actors/worker_channel.py``):
   the host's CPU per round trip (its write, its poll, its read) and the round trip's wall time. A worker asleep
@@ -28,7 +29,6 @@ import time
 from typing import Any
 
 import multiprocess as mp
-import torch
 
 from actors.assembler import RowAssembler
 from actors.inference import Inference
@@ -43,6 +43,7 @@ from envs.base import StepBuffers
 from envs.rows import row_layout
 from ops.bench.assembler_copy import host_layout
 from ops.benchlib import emit
+from policies.threads import use_threads
 
 DEFAULT_CONFIGS = ("configs/cartpole.yaml", "configs/grid_3agents.yaml")
 QUIT = b"\xff"
@@ -71,22 +72,24 @@ def stepper_of(layout: dict, config: RunConfig, policy: str) -> tuple[GroupStepp
     return stepper, list(slot_layout.group_views(slots))
 
 
-def time_act(stepper: GroupStepper, views: list, calls: int, groups_per_call: int) -> tuple[float, int, float]:
-    """Seconds of ``calls`` act calls on ``groups_per_call`` groups each (views in turn), the agent steps, and the
-    seconds of those in the policy's ``decide`` (as act reports them)."""
+def time_act(stepper: GroupStepper, views: list, calls: int, groups_per_call: int) -> tuple[float, float, int, float]:
+    """Seconds of ``calls`` act calls on ``groups_per_call`` groups each (views in turn), this process's CPU seconds
+    in them (every thread's: a BLAS library's threads show here), the agent steps, and the seconds of those in the
+    policy's ``decide`` (as act reports them)."""
     assembler, report = stepper.assembler, RowsReport()
-    steps, elapsed, decide_s = 0, 0.0, 0.0
+    steps, elapsed, cpu, decide_s = 0, 0.0, 0.0, 0.0
     for i in range(calls):
         batch = [views[(i * groups_per_call + k) % len(views)] for k in range(groups_per_call)]
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         stepper.act(batch, report)
         elapsed += time.perf_counter() - started
+        cpu += time.process_time() - cpu_started
         steps += sum(len(view.slot_ids) for view in batch)
         if not assembler.can_accept(len(views[0].slot_ids) * len(views)):
             assembler.release(assembler.pop_full(assembler.full_rows()))
             decide_s += report.inference_s
             report = RowsReport()
-    return elapsed, steps, decide_s + report.inference_s
+    return elapsed, cpu, steps, decide_s + report.inference_s
 
 
 def _sleeper(conn, step_s: float) -> None:  # conn: a multiprocess Connection, as a worker gets its pipe
@@ -144,16 +147,18 @@ def time_wake(calls: int, step_us: float) -> tuple[float, float]:
 
 def bench(path: str, args: argparse.Namespace) -> None:
     config = load_config(path, args.overrides)
+    use_threads(config.run.torch_threads)  # as an actor host of this config does
     layout = host_layout(config, None)
     stepper, views = stepper_of(layout, config, args.policy)
     groups_per_call = min(args.groups_per_call, len(views))
     time_act(stepper, views, min(args.calls, 1000), groups_per_call)  # warm: caches, the policy's first draws
     for round_number in range(1, args.rounds + 1):
-        elapsed, steps, decide_s = time_act(stepper, views, args.calls, groups_per_call)
+        elapsed, cpu, steps, decide_s = time_act(stepper, views, args.calls, groups_per_call)
         emit({"bench": "group_cost", "kind": "act", "config": path, "overrides": args.overrides,
-              "policy": args.policy, "round": round_number, "calls": args.calls,
+              "policy": args.policy, "threads": config.run.torch_threads, "round": round_number, "calls": args.calls,
               "groups_per_call": groups_per_call, "slots_per_group": len(views[0].slot_ids),
               "us_per_call": round(1e6 * elapsed / args.calls, 2),
+              "cpu_us_per_call": round(1e6 * cpu / args.calls, 2),
               "decide_us_per_call": round(1e6 * decide_s / args.calls, 2),
               "us_per_agent_step": round(1e6 * elapsed / steps, 4)})
 
@@ -174,7 +179,6 @@ def main() -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="a config override for every --config (e.g. model.obs_norm=true)")
     args = parser.parse_args()
-    torch.set_num_threads(1)  # an actor host's default (run.torch_threads)
     if args.calls < 1 or args.rounds < 1 or args.groups_per_call < 1:
         parser.error(f"--calls, --rounds and --groups-per-call: 1 at least, got {args.calls}, {args.rounds} and "
                      f"{args.groups_per_call}")
