@@ -45,6 +45,20 @@ def random_weights(policy: torch.nn.Module, seed: int) -> None:
             parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.7)
 
 
+def loaded_twin(spec: EnvSpec, model: ModelSection, *, seed: int, weights_seed: int,
+                version: int) -> tuple[Inference, torch.nn.Module]:
+    """An ``Inference`` running the twin, loaded with the weights (and observation statistics, with obs_norm) of a
+    module of random weights, and that module."""
+    inference = Inference(spec, model, seed=seed)
+    assert inference.small is not None
+    trained = make_policy(spec, model)
+    random_weights(trained, weights_seed)
+    if model.obs_norm:
+        with_statistics(trained, weights_seed + 1)
+    inference.load(version, state_arrays(trained))
+    return inference, trained
+
+
 def observations(spec: EnvSpec, n: int, seed: int) -> np.ndarray:
     rng = np.random.default_rng(seed)
     if spec.obs_dtype == "uint8":
@@ -157,12 +171,7 @@ def test_box_draws_are_the_gaussian_with_the_modules_log_probs() -> None:
 
 
 def test_inference_runs_the_box_and_normalising_twin_and_follows_loaded_weights() -> None:
-    inference = Inference(BOX, NORM, seed=2)
-    assert inference.small is not None
-    trained = make_policy(BOX, NORM)
-    random_weights(trained, 3)
-    with_statistics(trained, 4)
-    inference.load(1, state_arrays(trained))
+    inference, trained = loaded_twin(BOX, NORM, seed=2, weights_seed=3, version=1)
     obs = observations(BOX, 30, 5)
     decisions = inference.decide(obs, np.zeros((30, 0), dtype=np.float32), None)
     with torch.no_grad():
@@ -175,11 +184,8 @@ def test_inference_runs_the_box_and_normalising_twin_and_follows_loaded_weights(
 
 def test_inference_runs_the_lstm_twin_with_each_agents_state() -> None:
     model = ModelSection(hidden_size=8, num_layers=1, core="lstm")
-    inference = Inference(BYTES, model, seed=4)
-    assert inference.small is not None and inference.state_size == 16
-    trained = make_policy(BYTES, model)
-    random_weights(trained, 5)
-    inference.load(2, state_arrays(trained))
+    inference, trained = loaded_twin(BYTES, model, seed=4, weights_seed=5, version=2)
+    assert inference.state_size == 16
     obs = observations(BYTES, 20, 6)
     states = np.random.default_rng(7).standard_normal((20, 16)).astype(np.float32)
     masks = np.ones((20, 9), dtype=np.uint8)
@@ -197,11 +203,7 @@ def test_inference_runs_the_lstm_twin_with_each_agents_state() -> None:
 
 def test_inference_runs_the_twin_and_follows_loaded_weights() -> None:
     torch.manual_seed(0)
-    inference = Inference(FLAT, MLP, seed=5)
-    assert inference.small is not None
-    trained = make_policy(FLAT, MLP)
-    random_weights(trained, 7)
-    inference.load(3, state_arrays(trained))
+    inference, trained = loaded_twin(FLAT, MLP, seed=5, weights_seed=7, version=3)
     obs = observations(FLAT, 50, 8)
     decisions = inference.decide(obs, np.zeros((50, 0), dtype=np.float32), None)
     with torch.no_grad():
