@@ -128,7 +128,7 @@ def _torso_layers(torso: nn.Module) -> list[Layer] | None:
 
 
 class SmallMLP:
-    """The NumPy twin of one eligible ``MLPPolicy`` (``of``), with its own draw."""
+    """The NumPy twin of one eligible ``MLPPolicy`` or ``LSTMPolicy`` (``of``), with its own draw."""
 
     def __init__(self, *, obs_size: int, obs_scale: float, obs_norm: Layer | None, torso: list[Layer],
                  critic_torso: list[Layer] | None, cell: Layer | None = None, actor: Layer, log_std: np.ndarray | None,
@@ -243,7 +243,8 @@ def _lstm_cell(cell: nn.LSTMCell) -> Layer:
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
-    """The logistic function as 0.5 + 0.5 tanh(x / 2): exact in float32 and no overflow for large |x|."""
+    """The logistic function as 0.5 + 0.5 tanh(x / 2) (the same function; in float32 no overflow for large |x|, where
+    1 / (1 + exp(-x)) overflows exp)."""
     out = np.tanh(x * np.float32(0.5))
     out *= np.float32(0.5)
     out += np.float32(0.5)
