@@ -26,7 +26,8 @@ pipeline and splits each process kind's cost into per group, per message and per
 ``ipc://`` route for its data socket as the learner does (protocol/same_machine.py), ``--transport tcp`` leaves rows on
 TCP over loopback; the record names the transport, checked against the connection the sink accepted.
 
-``--policy model`` runs the run config's real policy instead (its initial weights; the gridworld's is a CNN), and
+``--policy model`` runs the run config's real policy instead (its initial weights; the gridworld's is a CNN, the
+``spread`` env's an MLP with box actions, which the host runs as its NumPy twin), and
 ``--actor-device cuda`` runs that policy on the GPU (``python -m actors --device cuda``; ops/bench/gpu_check.sh).
 
 Usage: .venv/bin/python -m ops.bench.pipeline [--envs cartpole grid3 grid24 synthetic20us] [--workers 2]
@@ -78,11 +79,14 @@ ENVS: dict[str, tuple[str, list[str]]] = {
     "cartpole": ("configs/cartpole.yaml", []),
     "grid3": ("configs/grid_3agents.yaml", []),
     "grid24": ("configs/grid_24agents.yaml", []),
+    "spread": ("configs/simple_spread.yaml", []),
     "synthetic20us": ("configs/cartpole.yaml", ["env.name=native",
                                                 "env.entry_point=envs.builtin.synthetic:SyntheticVec",
                                                 "env.kwargs={step_us: 20}"]),
 }
 """Benchmark env name -> (run config, overrides)."""
+DEFAULT_ENVS = ("cartpole", "grid3", "grid24", "synthetic20us")
+"""What a run without --envs measures."""
 TARGETS = {"synthetic20us": 0.8, "grid3": 0.5, "grid24": 0.5}
 TRANSPORTS = ("ipc", "tcp")
 """How rows reach the sink: over the unix socket a learner on the host's machine offers, or TCP over loopback."""
@@ -416,7 +420,8 @@ def measure_round(record: dict, config: RunConfig, args: argparse.Namespace, rou
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--envs", nargs="+", default=list(ENVS), choices=list(ENVS))
+    parser.add_argument("--envs", nargs="+", default=list(DEFAULT_ENVS), choices=list(ENVS),
+                        help=f"default: {' '.join(DEFAULT_ENVS)} (spread: the built-in simple_spread, box actions)")
     parser.add_argument("--workers", type=int, default=2, help="env worker processes (raw: plain processes)")
     parser.add_argument("--envs-per-worker", type=int, default=None,
                         help="envs per worker (default: what the env's run config plans)")
