@@ -1,6 +1,7 @@
 """The NumPy twin of small MLP policies on an actor host (actors/small_mlp.py): used exactly where it computes the
-torch module's function (the eligibility rules), params and values equal to the module's, draws distributed as the
-masked categorical with the module's log-probs, and ``Inference`` running it, following weight loads."""
+torch module's function (the eligibility rules), params and values equal to the module's (with obs_norm, box heads and
+LSTM cells, whose next states too), draws distributed as the masked categorical or the box's Gaussian with the
+module's log-probs, and ``Inference`` running it, following weight loads."""
 
 from __future__ import annotations
 
