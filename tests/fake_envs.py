@@ -278,10 +278,40 @@ class StaggeredParallelEnv(ParallelEnv):
 
 
 class MixedSpacesParallelEnv(StaggeredParallelEnv):
-    """Wrong: agent 'c' has a different action space from 'a' and 'b'."""
+    """Agent 'c' has other spaces than 'a' and 'b' (``what``): "actions": Discrete(4) (theirs: Discrete(3, start=-1));
+    "obs": that, and the observation ``[episode, t, j, seed, 7, 8]``; "masked": "obs" with every agent's
+    observation a Dict carrying ``mask_at(t, j)`` (c's padded with one legal flag); ones that cannot be padded:
+    "dtype" (c's observation float64), "rank" (c's observation 2x2), "box" (c's actions a Box)."""
+
+    def __init__(self, what: str = "actions") -> None:
+        super().__init__(kind="masked" if what == "masked" else "discrete")
+        self.what = what
+
+    def observation_space(self, agent: str) -> spaces.Space:
+        if agent != "c" or self.what == "actions":
+            return self._obs_space
+        shape, dtype = {"dtype": ((4,), np.float64), "rank": ((2, 2), np.float32)}.get(self.what, ((6,), np.float32))
+        box = spaces.Box(-np.inf, np.inf, shape=shape, dtype=dtype)
+        if self.what == "masked":
+            return spaces.Dict({"observation": box, "action_mask": spaces.MultiBinary(5)})
+        return box
 
     def action_space(self, agent: str) -> spaces.Space:
-        return spaces.Discrete(4) if agent == "c" else spaces.Discrete(3)
+        if agent != "c":
+            return action_space(self.kind)
+        if self.what == "box":
+            return spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32)
+        return spaces.Discrete(5 if self.what == "masked" else 4)
+
+    def _obs(self, agent: str) -> Any:
+        obs = super()._obs(agent)
+        if agent != "c" or self.what == "actions":
+            return obs
+        if self.what == "masked":
+            return {"observation": np.concatenate([obs["observation"], [7, 8]]).astype(np.float32),
+                    "action_mask": np.concatenate([obs["action_mask"], [1]])}
+        return np.concatenate([obs, [7, 8]]).astype(np.float32) if self.what == "obs" else \
+            obs.astype(np.float64) if self.what == "dtype" else obs.reshape(2, 2)
 
 
 class UnsupportedParallelEnv(StaggeredParallelEnv):

@@ -1,5 +1,6 @@
 """Real learner and actor processes on every kind of env: a real Gymnasium env (single and vector), a real
-PettingZoo ParallelEnv (MPE simple_spread, discrete and continuous actions), the native worked example, and
+PettingZoo ParallelEnv (MPE simple_spread, discrete and continuous actions; simple_speaker_listener, whose agents'
+spaces differ), the native worked example, and
 envs that fail (restarted and counted mid-run; fatal when they cannot reset)."""
 
 from __future__ import annotations
@@ -85,6 +86,19 @@ def test_pettingzoo_continuous_actions_run_end_to_end(tmp_path) -> None:
     assert np.isfinite([[r["policy_loss"], r["value_loss"], r["entropy"]] for r in records]).all()
     config = (run.run_dir / "config.yaml").read_text()
     assert "continuous_actions: true" in config
+
+
+def test_pettingzoo_agents_with_differing_spaces_train(tmp_path) -> None:
+    """MPE simple_speaker_listener: a speaker (3 values, 3 words) and a listener (11 values, 5 moves) in one padded
+    layout with the speaker's extra moves masked; the shared return rises from about -40 (random) past -25."""
+    run = Run(tmp_path, "--set", "trainer.total_timesteps=150000", config="configs/mpe_speaker_listener.yaml")
+    try:
+        records = finish(run, run.learner(), run.actors(2))
+    finally:
+        run.close()
+    first, last = records[0], records[-1]
+    assert last["agent_steps"] >= 150000 and last["agent_steps"] == 2 * last["env_steps"]
+    assert first["episode_return_mean"] < -30 and last["episode_return_mean"] > -25, (first, last)
 
 
 def test_native_worked_example_trains(tmp_path) -> None:

@@ -3,8 +3,9 @@
 ``env.entry_point`` names a callable (e.g. ``mpe2.simple_spread_v3:parallel_env``) called as
 ``fn(**env.kwargs)`` once per environment; each result must be a ``pettingzoo.ParallelEnv``. With
 ``num_agents = len(possible_agents)``, agent ``j`` (in ``possible_agents`` order) of env ``e`` is agent slot
-``e * num_agents + j``. All agents must share one observation space and one action space; they map as
-``envs.adapters.gym_spaces`` describes (dict observations with ``action_mask`` fill ``buffers.action_mask``).
+``e * num_agents + j``. The agents' spaces map as ``envs.adapters.gym_spaces`` describes (dict observations with
+``action_mask`` fill ``buffers.action_mask``); agents whose spaces differ share one padded layout
+(``envs.adapters.agent_spaces``).
 
 Agents that finish before the rest of their env (terminated or truncated, then gone from ``env.agents``):
 
@@ -39,13 +40,14 @@ from pettingzoo import ParallelEnv
 
 from envs.base import EnvSpec, StepBuffers
 from envs.adapters.entry_point import resolve_entry_point
-from envs.adapters.gym_spaces import SpaceConverter, close_each, report_episode
+from envs.adapters.agent_spaces import AgentSpaces
+from envs.adapters.gym_spaces import close_each, report_episode
 from envs.errors import EnvConfigError, EnvRaised
 
 
 def check_agents(label: str, envs: list[Any]) -> tuple[str, ...]:
-    """``possible_agents`` of ``envs[0]``; EnvConfigError unless every env has the same agents and all agents share
-    one observation space and one action space (``open_envs`` runs it for both PettingZoo adapters)."""
+    """``possible_agents`` of ``envs[0]``; EnvConfigError unless every env has the same agents (``open_envs`` runs it
+    for both PettingZoo adapters)."""
     agents = tuple(envs[0].possible_agents)
     if not agents:
         raise EnvConfigError(f"{label}: possible_agents is empty")
@@ -53,38 +55,25 @@ def check_agents(label: str, envs: list[Any]) -> tuple[str, ...]:
         if tuple(env.possible_agents) != agents:
             raise EnvConfigError(f"{label}: env {e} has possible_agents {list(env.possible_agents)} but "
                                  f"env 0 has {list(agents)}")
-    env, first = envs[0], agents[0]
-    for kind in ("observation", "action"):
-        space_of = getattr(env, f"{kind}_space")
-        reference = space_of(first)
-        differ = [agent for agent in agents[1:] if space_of(agent) != reference]
-        if differ:
-            raise EnvConfigError(
-                f"{label}: all agents must share one observation space and one action space, but the "
-                f"{kind} space of agents {differ} differs from {first!r}'s {reference!r} (e.g. "
-                f"{differ[0]!r} has {space_of(differ[0])!r})")
     return agents
 
 
 def open_envs(label: str, make_one: Callable[[int], Any], num_envs: int, *,
-              obs_keys: Sequence[str]) -> tuple[list[Any], tuple[str, ...], SpaceConverter]:
-    """``make_one(e)`` for each of ``num_envs`` envs, their shared agents (``check_agents``) and the converter of
-    their spaces; on any error the envs made so far are closed (the construction error is the one raised). Shared by
-    the Parallel and the AEC adapter."""
+              obs_keys: Sequence[str]) -> tuple[list[Any], tuple[str, ...], AgentSpaces]:
+    """``make_one(e)`` for each of ``num_envs`` envs, their shared agents (``check_agents``) and their agents'
+    spaces (``AgentSpaces``: padded into one layout where they differ); on any error the envs made so far are closed
+    (the construction error is the one raised). Shared by the Parallel and the AEC adapter."""
     envs: list[Any] = []
     try:
         for e in range(num_envs):
             envs.append(make_one(e))
         agents = check_agents(label, envs)
-        first = envs[0]
-        converter = SpaceConverter(label, first.observation_space(agents[0]), first.action_space(agents[0]),
-                                   num_agents=len(agents), source=f"observation_space({agents[0]!r})",
-                                   obs_keys=obs_keys)
+        agent_spaces = AgentSpaces(label, envs[0], agents, obs_keys=obs_keys)
     except BaseException:
         with contextlib.suppress(RuntimeError):
             close_each(envs, label)
         raise
-    return envs, agents, converter
+    return envs, agents, agent_spaces
 
 
 class PettingZooParallelAdapter:
@@ -159,7 +148,7 @@ class PettingZooParallelAdapter:
 
     def _write_obs(self, buffers: StepBuffers, slot: int, raw: Any, *, call: str, where: str) -> np.ndarray:
         """Validate one agent's observation; write it and its mask into ``slot``; return the observation."""
-        obs, mask = self._spaces.obs_and_mask(raw, call=call, where=where)
+        obs, mask = self._spaces.obs_and_mask(slot % len(self.agents), raw, call=call, where=where)
         buffers.obs[slot] = obs
         if mask is not None:
             buffers.action_mask[slot] = mask
@@ -197,7 +186,8 @@ class PettingZooParallelAdapter:
 
     def step(self, buffers: StepBuffers) -> None:
         """Step every env with the live agents' actions; write results; hold and deliver early finishes."""
-        self._spaces.check_actions(buffers.actions[self._live], self._where_live())
+        live = np.flatnonzero(self._live)
+        self._spaces.check_actions(buffers.actions[live], live % len(self.agents), self._where_live())
         buffers.rewards[:] = 0.0
         buffers.terminated[:] = False
         buffers.truncated[:] = False
@@ -216,7 +206,8 @@ class PettingZooParallelAdapter:
         """One step of env ``e`` (see the module docstring for the slot rules)."""
         env, base = self._envs[e], self._base(e)
         acting = [agent for agent in self.agents if self._live[base + self._slot[agent]]]
-        actions = {agent: self._spaces.to_env_action(buffers.actions[base + self._slot[agent]]) for agent in acting}
+        actions = {agent: self._spaces.to_env_action(self._slot[agent], buffers.actions[base + self._slot[agent]])
+                   for agent in acting}
         try:
             observations, rewards, terminations, truncations, _infos = env.step(actions)
         except Exception as exc:

@@ -3,9 +3,9 @@
 ``env.entry_point`` names a callable (e.g. ``pettingzoo.classic.tictactoe_v3:env``) called as ``fn(**env.kwargs)``
 once per environment; each result must be a ``pettingzoo.AECEnv`` (a ParallelEnv is refused: use ``env.name:
 pettingzoo``). With ``N = len(possible_agents)``, agent ``j`` (in ``possible_agents`` order) of env ``e`` is agent
-slot ``e * N + j``. All agents must share one observation space and one action space (``check_agents``, as the
-parallel adapter); they map as ``envs.adapters.gym_spaces`` describes (the classic ``Dict{observation,
-action_mask}`` fills ``buffers.action_mask``).
+slot ``e * N + j``. The agents' spaces map as ``envs.adapters.gym_spaces`` describes (the classic
+``Dict{observation, action_mask}`` fills ``buffers.action_mask``); agents whose spaces differ share one padded layout
+(``envs.adapters.agent_spaces``), as in the parallel adapter.
 
 Turns (the contract of ``envs/builtin/connect_four/game.py``, which ``evaluation.arena`` relies on):
 
@@ -124,7 +124,8 @@ class PettingZooAECAdapter:
             raw = self._envs[e].observe(agent)
         except Exception as exc:
             raise EnvRaised(f"{self.label} (env {e}) raised in observe({agent!r}) {call}: {exc!r}") from exc
-        return self._spaces.obs_and_mask(raw, call="observe", where=f"(env {e}, agent {agent!r}, {call})")
+        return self._spaces.obs_and_mask(self._index[agent], raw, call="observe",
+                                         where=f"(env {e}, agent {agent!r}, {call})")
 
     def _live(self, e: int) -> list[str]:
         """The agents of env ``e`` still playing: in ``env.agents``, neither terminated nor truncated."""
@@ -264,15 +265,16 @@ class PettingZooAECAdapter:
             raise RuntimeError(f"{self.label}: step() called before reset()")
         n = len(self.agents)
         movers = np.arange(self.num_envs) * n + self._mover
-        self._spaces.check_actions(buffers.actions[movers], lambda row: f"(env {row}, agent slot {movers[row]}, "
-                                                                       f"{self.agents[self._mover[row]]!r} to move)")
+        self._spaces.check_actions(buffers.actions[movers], self._mover,
+                                   lambda row: f"(env {row}, agent slot {movers[row]}, "
+                                               f"{self.agents[self._mover[row]]!r} to move)")
         self._check_legal(buffers.actions, movers)
         for name in ("rewards", "terminated", "truncated", "episode_done", "episode_return", "episode_length",
                      "episode_stats"):
             getattr(buffers, name)[:] = 0
         for e in range(self.num_envs):
             slot = movers[e]
-            self._env_step(e, self._spaces.to_env_action(buffers.actions[slot]))
+            self._env_step(e, self._spaces.to_env_action(int(self._mover[e]), buffers.actions[slot]))
             self._moves[slot] += 1
             self._game_moves[e] += 1
             playing = self._skip_dead(e)
