@@ -83,6 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "does not preempt the host on its core; the workers' CPU share stays the same; on 2 cores "
                              "+5-12%% agent steps/s on the gridworlds, +22-28%% on CartPole, docs/RESULTS.md) or "
                              "normal")
+    parser.add_argument("--worker-threads", type=int, default=1, metavar="N",
+                        help="threads of the numeric libraries (BLAS, OpenMP, torch) in each env worker (default 1: "
+                             "one core per worker; more only for an env whose step runs large parallel products)")
     parser.add_argument("--null-policy", action="store_true",
                         help="benchmark mode: uniformly random (legal) actions instead of the learner's policy, "
                              "no network; rows still stream to the learner (ops/bench/pipeline.py uses it)")
@@ -104,6 +107,9 @@ def main(argv: list[str] | None = None) -> int:
     if not MIN_NICE <= args.worker_nice <= MAX_NICE:
         return _fail(f"--worker-nice must be {MIN_NICE} to {MAX_NICE} (added to the workers' niceness; a negative "
                      f"one would need root and take the CPU from the host), got {args.worker_nice}")
+    if args.worker_threads < 1:
+        return _fail(f"--worker-threads must be 1 or more (numeric-library threads in each env worker), got "
+                     f"{args.worker_threads}")
     if (problem := metrics_port_error(args.metrics_port)) is not None:
         return _fail(problem)
     try:
@@ -155,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
                                  curve=curve, metrics_host=args.metrics_host, metrics_port=args.metrics_port,
                                  device=args.device,
                                  worker_priority=WorkerPriority(nice=args.worker_nice,
-                                                                batch=args.worker_scheduler == "batch"))
+                                                                batch=args.worker_scheduler == "batch",
+                                                                threads=args.worker_threads))
     try:
         wiring.run_host(options, stop)
         return stop.exit_code()

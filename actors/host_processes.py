@@ -42,7 +42,8 @@ def host_command(args: Namespace, workers: int, index: int) -> list[str]:
     command = [sys.executable, "-m", "actors", "--n", str(workers), "--learner", args.learner,
                "--device", args.device, "--metrics-host", args.metrics_host,
                "--metrics-port", str(args.metrics_port + index if args.metrics_port else 0),
-               "--worker-nice", str(args.worker_nice), "--worker-scheduler", args.worker_scheduler]
+               "--worker-nice", str(args.worker_nice), "--worker-scheduler", args.worker_scheduler,
+               "--worker-threads", str(args.worker_threads)]
     if args.pool is not None:
         command += ["--pool", args.pool]
     for option, value in (("--curve-server-key", args.curve_server_key), ("--curve-client-key", args.curve_client_key)):

@@ -17,11 +17,13 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import sys
 import time
 import traceback
 from dataclasses import dataclass
 
 import numpy as np
+import threadpoolctl
 
 from actors.env_failures import EnvErrorReport, NonFiniteOutput, check_finite
 from actors.slot_layout import SlotLayout
@@ -38,8 +40,8 @@ MAX_RESTARTS_IN_A_ROW = 3
 
 @dataclass(frozen=True, kw_only=True)
 class WorkerPriority:
-    """How an env worker gives the CPU to the host that feeds it (``python -m actors --worker-nice``,
-    ``--worker-scheduler``); applied at the worker's start, so respawned workers keep it."""
+    """How an env worker shares the CPU with the host that feeds it (``python -m actors --worker-nice``,
+    ``--worker-scheduler``, ``--worker-threads``); applied at the worker's start, so respawned workers keep it."""
 
     nice: int = 0
     """Niceness the worker adds to its own: above 0 the host, and a learner on the same machine, get the CPU first
@@ -47,6 +49,11 @@ class WorkerPriority:
     batch: bool = True
     """Linux's SCHED_BATCH policy: a worker the host's wake makes runnable does not preempt the process running on
     that core (the host finishing its turn); its share of the CPU stays the same."""
+    threads: int = 1
+    """Threads of the numeric libraries in the worker (every BLAS and OpenMP library loaded, and torch's pool when
+    its env loaded torch), set once its envs are built: 1 keeps each worker to the one core the design gives it (left
+    alone, NumPy's OpenBLAS runs a thread per core of the machine for a large product in an env's step, in every
+    worker); more for an env whose own step runs large parallel products."""
 
     def apply(self) -> None:
         """Set both on the calling process (SCHED_BATCH only where the OS has it)."""
@@ -57,6 +64,14 @@ class WorkerPriority:
                 os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
             except OSError:  # a sandbox that filters the call: the worker runs as before, only a little slower
                 pass
+
+    def limit_threads(self) -> None:
+        """Size the numeric libraries loaded so far (``threadpoolctl``) and torch's pool (when loaded) to ``threads``;
+        call after the envs are built (they may load such libraries)."""
+        threadpoolctl.threadpool_limits(limits=self.threads)
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            torch.set_num_threads(self.threads)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -105,6 +120,7 @@ def worker_main(spec: WorkerSpec, conn) -> None:  # conn: multiprocess Connectio
             report = EnvErrorReport.from_exception(exc)
             _send_fatal(channel, report.within(f"env worker {spec.worker_id} could not start its env"))
             return
+        spec.priority.limit_threads()
         for g in range(spec.layout.groups):
             channel.reply(g, STATUS_OK)
         _serve(spec, channel, envs, groups, segment.clocks[spec.worker_id])
@@ -149,6 +165,7 @@ def _serve(spec: WorkerSpec, channel: WorkerEnd, envs: list, buffers: tuple[Step
             generations[g] += 1
             try:
                 envs[g] = _restart(envs[g], spec, buffers[g], _seed(spec, g, generations[g]))
+                spec.priority.limit_threads()  # the fresh envs may have loaded a library
                 break
             except Exception as exc:
                 _print_failure(exc)

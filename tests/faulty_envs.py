@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import signal
 import time
@@ -127,3 +128,33 @@ class UnseededCartPole(CartPoleVec):
     def reset(self, buffers: StepBuffers, seed: int) -> None:
         """Reset from fresh operating-system entropy instead of ``seed``."""
         super().reset(buffers, int(np.random.SeedSequence().entropy % 2**31))
+
+
+class ReportsThreads(CartPoleVec):
+    """CartPole whose first step writes to ``path`` (JSON) the threads its process's numeric libraries would use:
+    ``{"blas": [each BLAS library's], "torch": torch's pool or null}``; loads torch when built with ``load_torch``."""
+
+    def __init__(self, num_envs: int, *, max_steps: int, path: str, load_torch: bool = False) -> None:
+        super().__init__(num_envs, max_steps=max_steps)
+        self.path = path
+        if load_torch:  # as an env that uses torch loads it in its worker
+            importlib.import_module("torch")
+        self.reported = False
+
+    def step(self, buffers: StepBuffers) -> None:
+        """Step; the first call also writes the report."""
+        if not self.reported:
+            import json
+            import sys
+
+            import threadpoolctl
+
+            torch = sys.modules.get("torch")
+            report = {"blas": [lib["num_threads"] for lib in threadpoolctl.threadpool_info()
+                               if lib["user_api"] == "blas"],
+                      "torch": None if torch is None else torch.get_num_threads()}
+            with open(self.path + ".part", "w", encoding="ascii") as out:
+                json.dump(report, out)
+            os.replace(self.path + ".part", self.path)
+            self.reported = True
+        super().step(buffers)

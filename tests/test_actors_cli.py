@@ -26,6 +26,8 @@ from tests.processes import REPO
     (["--worker-nice", "-1"], "--worker-nice must be 0 to 19 (added to the workers' niceness; a negative one would "
                               "need root and take the CPU from the host), got -1"),
     (["--worker-nice", "20"], "--worker-nice must be 0 to 19"),
+    (["--worker-threads", "0"], "--worker-threads must be 1 or more (numeric-library threads in each env worker), "
+                                "got 0"),
 ])
 def test_cli_errors_name_the_problem(argv, message, capsys):
     assert main(argv) == 2

@@ -26,12 +26,13 @@ def test_workers_are_dealt_out_evenly_the_first_hosts_taking_the_remainder() -> 
 def test_each_host_gets_the_supervisors_options_its_workers_and_its_own_metrics_port() -> None:
     args = build_parser().parse_args(["--n", "4", "--hosts", "2", "--learner", "tcp://10.0.0.2:5555", "--insecure",
                                       "--null-policy", "--metrics-port", "9100", "--curve-server-key", "s.key",
-                                      "--worker-nice", "7", "--worker-scheduler", "normal"])
+                                      "--worker-nice", "7", "--worker-scheduler", "normal",
+                                      "--worker-threads", "3"])
     first, second = (host_command(args, 2, index) for index in (0, 1))
     assert first[:3] == [sys.executable, "-m", "actors"] and "--hosts" not in first
     flags = argparse.ArgumentParser()
     for name in ("--n", "--learner", "--metrics-port", "--curve-server-key", "--curve-client-key", "--device",
-                 "--metrics-host", "--pool", "--worker-nice", "--worker-scheduler"):
+                 "--metrics-host", "--pool", "--worker-nice", "--worker-scheduler", "--worker-threads"):
         flags.add_argument(name)
     for name in ("--insecure", "--null-policy", "--strict-keys"):
         flags.add_argument(name, action="store_true")
@@ -39,7 +40,7 @@ def test_each_host_gets_the_supervisors_options_its_workers_and_its_own_metrics_
     assert [p.metrics_port for p in parsed] == ["9100", "9101"]
     assert all(p.n == "2" and p.learner == "tcp://10.0.0.2:5555" and p.insecure and p.null_policy
                and p.curve_server_key == "s.key" and not p.strict_keys and p.pool is None and p.worker_nice == "7"
-               and p.worker_scheduler == "normal"
+               and p.worker_scheduler == "normal" and p.worker_threads == "3"
                for p in parsed)
     free = build_parser().parse_args(["--n", "4", "--hosts", "2"])
     assert host_command(free, 2, 1)[host_command(free, 2, 1).index("--metrics-port") + 1] == "0"

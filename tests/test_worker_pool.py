@@ -6,6 +6,7 @@ a loop (fatal, naming the worker and its exit cause), and an env that cannot sta
 from __future__ import annotations
 
 import inspect
+import json
 import os
 import signal
 import time
@@ -213,3 +214,17 @@ def test_workers_add_the_asked_niceness_and_policy_to_the_hosts_and_keep_them_wh
         assert [priority(worker.process.pid) for worker in pool.pool.workers] == [expected, expected]
     finally:
         pool.pool.stop()
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_workers_run_their_numeric_libraries_on_the_asked_threads(tmp_path, threads) -> None:
+    """BLAS and torch (which the env loads) in the worker run ``threads`` threads (default 1), whatever the cores."""
+    report = tmp_path / "threads.json"
+    pool = Pool(native("ReportsThreads", path=str(report), load_torch=True), groups=1,
+                priority=WorkerPriority(threads=threads))
+    try:
+        pool.pump(lambda: report.exists(), wake=True)
+    finally:
+        pool.pool.stop()
+    seen = json.loads(report.read_text())
+    assert seen["blas"] and set(seen["blas"]) == {threads} and seen["torch"] == threads, seen
