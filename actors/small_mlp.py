@@ -185,7 +185,7 @@ class SmallMLP:
     def step(self, obs: np.ndarray, states: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """obs [n, *obs_shape] in the env's dtype and states [n, state_size] -> the head's params [n, param_size]
         (logits, or a box's means then log-stds), values [n] and the next states [n, state_size] (float32)."""
-        features = obs.reshape(len(obs), self.obs_size).astype(np.float32) * self.obs_scale
+        features = np.multiply(obs.reshape(len(obs), self.obs_size), self.obs_scale, dtype=np.float32)
         if self.obs_norm is not None:
             mean, std = self.obs_norm
             features -= mean
