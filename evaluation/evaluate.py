@@ -15,8 +15,8 @@ one-line note on stderr says so; ``--opponent self`` is the old self-play (both 
 episode counted).
 
 ``--video`` writes env 0's episodes as an mp4 (imageio's ffmpeg plugin) at ``--fps`` frames per second
-(default 30): the built-in cartpole, gridworld and connect_four are drawn by ``evaluation.frames``, a Gymnasium env
-by its own ``render()`` (made with render_mode='rgb_array'). Usage and input problems print one line
+(default 30): the built-in cartpole, gridworld and connect_four are drawn by ``evaluation.frames``, a Gymnasium or
+PettingZoo env by its own ``render()`` (made with render_mode='rgb_array'). Usage and input problems print one line
 ``python -m evaluation.evaluate: error: <message>`` on stderr and exit with status 2.
 """
 
@@ -37,7 +37,7 @@ from envs.base import StepBuffers, VecEnv
 from envs.errors import EnvConfigError
 from evaluation.arena import MatchObserver, MatchOutcome, PolicyPlayer, play_match
 from evaluation.episode_runner import EpisodeResults, run_episodes
-from evaluation.frames import frame_drawer
+from evaluation.frames import SELF_RENDERING_ENVS, frame_drawer
 from evaluation.load_policy import LoadedPolicy, LoadPolicyError, load_policy
 from evaluation.opponents import SELF, Opponent, OpponentError, resolve_opponent
 from policies.factory import state_arrays
@@ -151,7 +151,7 @@ def evaluate(args: argparse.Namespace, note: Note | None = None) -> ReturnSummar
             draw = frame_drawer(loaded.config.env.name)
         except ValueError as err:
             raise EvaluateError(str(err)) from err
-        if loaded.config.env.name == "gymnasium":  # a Gymnasium env draws itself when made to
+        if loaded.config.env.name in SELF_RENDERING_ENVS:  # a Gymnasium or PettingZoo env draws itself when made to
             loaded = rendering(loaded)
     frames: list[np.ndarray] = []
 
@@ -230,7 +230,7 @@ def _record(results: np.ndarray) -> str:
 
 
 def rendering(loaded: LoadedPolicy) -> LoadedPolicy:
-    """``loaded`` with its Gymnasium env made with ``render_mode='rgb_array'`` (added to env.kwargs)."""
+    """``loaded`` with its Gymnasium or PettingZoo env made with ``render_mode='rgb_array'`` (added to env.kwargs)."""
     env = dataclasses.replace(loaded.config.env, kwargs={**loaded.config.env.kwargs, "render_mode": "rgb_array"})
     return dataclasses.replace(loaded, config=dataclasses.replace(loaded.config, env=env))
 

@@ -1,7 +1,7 @@
 """Simple RGB frames of env 0 of the built-in envs, drawn with NumPy (for ``python -m evaluation.evaluate --video``).
 
 CartPole is drawn from its observation (cart and pole as rectangles), the gridworld from its tiles and agent
-positions (coloured cells), Connect Four from its board. Frame sides are multiples of 16, as video encoders like.
+positions (coloured cells), Connect Four from its board; Gymnasium and PettingZoo envs draw themselves. Frame sides are multiples of 16, as video encoders like.
 """
 
 from __future__ import annotations
@@ -18,8 +18,10 @@ from envs.builtin.gridworld import CONVERTER, DEPLETED, EMPTY, RESOURCE, WALL
 FrameDrawer = Callable[[VecEnv, StepBuffers], np.ndarray]
 """Draws env 0 as a [height, width, 3] uint8 frame."""
 
-DRAWN_ENVS = ("cartpole", "gridworld", "connect_four", "gymnasium")
-"""The env.name values ``frame_drawer`` can draw (a Gymnasium env draws itself, through render_mode='rgb_array')."""
+SELF_RENDERING_ENVS = ("gymnasium", "pettingzoo", "pettingzoo_aec")
+"""The env.name values whose envs draw themselves: made with ``render_mode='rgb_array'``, env 0's ``render()``."""
+DRAWN_ENVS = ("cartpole", "gridworld", "connect_four", *SELF_RENDERING_ENVS)
+"""The env.name values ``frame_drawer`` can draw."""
 
 CARTPOLE_SIZE = (240, 384)
 """(height, width) of a CartPole frame."""
@@ -38,15 +40,15 @@ _BOARD_BLUE = (30, 60, 170)
 def frame_drawer(env_name: str) -> FrameDrawer:
     """The drawer for env ``env_name`` (ValueError naming the drawable envs for any other)."""
     drawers = {"cartpole": draw_cartpole, "gridworld": draw_gridworld, "connect_four": draw_connect_four,
-               "gymnasium": draw_gymnasium}
+               **{name: draw_own_render for name in SELF_RENDERING_ENVS}}
     if env_name not in drawers:
         allowed = ", ".join(repr(name) for name in DRAWN_ENVS)
         raise ValueError(f"--video cannot draw env {env_name!r}; allowed envs: {allowed}")
     return drawers[env_name]
 
 
-def draw_gymnasium(env: VecEnv, buffers: StepBuffers) -> np.ndarray:
-    """Env 0 of a Gymnasium env, as its own ``render()`` draws it (``GymnasiumVecEnv.render_first``)."""
+def draw_own_render(env: VecEnv, buffers: StepBuffers) -> np.ndarray:
+    """Env 0 of a Gymnasium or PettingZoo env, as its own ``render()`` draws it (the adapter's ``render_first``)."""
     return env.render_first()
 
 

@@ -192,3 +192,19 @@ def test_mpe_simple_spread(continuous: bool) -> None:
         env.step(buf)
     assert buf.truncated.all() and (buf.episode_length == 3).all()
     env.close()
+
+
+def test_render_first_needs_an_rgb_frame_and_names_an_env_that_cannot_draw() -> None:
+    drawn, _ = _adapter(1, SPREAD, render_mode="rgb_array")
+    drawn.reset(StepBuffers.allocate(drawn.spec, 1), seed=0)
+    frame = drawn.render_first()
+    assert frame.shape == (700, 700, 3) and frame.dtype == np.uint8 and frame.std() > 0
+    blind, _ = _adapter(1, SPREAD)  # render_mode None: render() draws nothing
+    blind.reset(StepBuffers.allocate(blind.spec, 1), seed=0)
+    with pytest.raises(ValueError, match=rf"^pettingzoo env '{SPREAD}' rendered NoneType instead of an RGB frame; it "
+                                         r"needs render_mode='rgb_array' \(env.kwargs.render_mode\)$"):
+        blind.render_first()
+    unable, _ = _adapter(1)
+    with pytest.raises(RuntimeError, match=rf"^pettingzoo env '{STAGGERED}' \(env 0\) raised in render\(\): "
+                                           r"NotImplementedError\(\)$"):
+        unable.render_first()

@@ -17,7 +17,7 @@ import gymnasium
 import numpy as np
 
 from envs.base import EnvSpec, StepBuffers
-from envs.adapters.gym_spaces import SpaceConverter, close_each
+from envs.adapters.gym_spaces import SpaceConverter, close_each, rgb_frame
 from envs.errors import EnvConfigError, EnvRaised
 
 
@@ -75,11 +75,7 @@ class GymnasiumVecEnv:
     def render_first(self) -> np.ndarray:
         """Env 0's current frame as [height, width, 3] uint8, from its ``render()``: the envs must have been made
         with ``render_mode='rgb_array'`` (env.kwargs), as ``python -m evaluation.evaluate --video`` makes them."""
-        frame = self._envs[0].render()
-        if not isinstance(frame, np.ndarray) or frame.ndim != 3 or frame.shape[-1] < 3:
-            raise EnvConfigError(f"gymnasium env '{self.gym_id}' rendered {type(frame).__name__} instead of an RGB "
-                                 "frame; it needs render_mode='rgb_array' (env.kwargs.render_mode)")
-        return np.ascontiguousarray(frame[..., :3], dtype=np.uint8)
+        return rgb_frame(f"gymnasium env '{self.gym_id}'", self._envs[0].render())
 
     def _reset_one(self, index: int, seed: int | None, buffers: StepBuffers) -> None:
         """Reset env ``index``; write its validated first observation (and action mask)."""

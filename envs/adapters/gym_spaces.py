@@ -228,6 +228,15 @@ class SpaceConverter:
         return (mask != 0).astype(np.uint8)
 
 
+def rgb_frame(label: str, frame: Any) -> np.ndarray:
+    """What an env's ``render()`` returned, as a [height, width, 3] uint8 frame; EnvConfigError naming ``label`` when
+    it is no RGB(A) image (the env was not made with ``render_mode='rgb_array'``)."""
+    if not isinstance(frame, np.ndarray) or frame.ndim != 3 or frame.shape[-1] < 3:
+        raise EnvConfigError(f"{label} rendered {type(frame).__name__} instead of an RGB frame; it needs "
+                             "render_mode='rgb_array' (env.kwargs.render_mode)")
+    return np.ascontiguousarray(frame[..., :3], dtype=np.uint8)
+
+
 def close_each(envs: list, label: str) -> None:
     """Close every env of an adapter; the first failure is re-raised (naming ``label``) after closing the rest."""
     first_error: Exception | None = None
