@@ -26,6 +26,8 @@ def action_space(kind: str) -> spaces.Space:
         return spaces.Box(low=np.array([-1.0, 0.0]), high=np.array([1.0, 2.0]), dtype=np.float64)
     if kind == "masked":
         return spaces.Discrete(4)
+    if kind == "multi_binary":
+        return spaces.MultiBinary(3)
     raise ValueError(kind)
 
 
@@ -45,6 +47,7 @@ def unsupported_spaces(what: str) -> tuple[spaces.Space, spaces.Space]:
         "int_box_action": (box, spaces.Box(0, 3, shape=(2,), dtype=np.int64)),
         "2d_box_action": (box, spaces.Box(-1.0, 1.0, shape=(2, 2), dtype=np.float32)),
         "2d_multi_discrete": (box, spaces.MultiDiscrete([[2, 3], [4, 5]])),
+        "2d_multi_binary": (box, spaces.MultiBinary([2, 2])),
         "dict_with_sequence": (spaces.Tuple((box, spaces.Sequence(box))), spaces.Discrete(2)),
         "mask_wrong_size": (spaces.Dict({"observation": box, "action_mask": spaces.MultiBinary(3)}),
                             spaces.Discrete(2)),

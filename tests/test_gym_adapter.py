@@ -125,11 +125,12 @@ def test_pendulum_box_action_space() -> None:
         ("discrete", [0, 2], [-1, 1]),  # Discrete(3, start=-1)
         ("multi_discrete", [[0, 0], [2, 1]], [[1, -1], [3, 0]]),  # MultiDiscrete([3, 2], start=[1, -1])
         ("box", [[-7.0, 0.5], [0.25, 9.0]], [[-1.0, 0.5], [0.25, 2.0]]),  # clipped to [-1, 1] x [0, 2]
+        ("multi_binary", [[1, 0, 1], [0, 0, 1]], [[1, 0, 1], [0, 0, 1]]),  # MultiBinary(3): int8 flags
     ],
 )
 def test_actions_reach_the_env_converted(kind: str, actions: list, received: list) -> None:
     env = GymnasiumVecEnv(ECHO_ID, 2, max_steps=0, kwargs={"kind": kind, "length": 5})
-    assert env.spec.action.kind == kind
+    assert env.spec.action.kind == ("multi_discrete" if kind == "multi_binary" else kind)
     buf = _buffers(env)
     env.reset(buf, seed=0)
     buf.actions[:] = np.asarray(actions, dtype=buf.actions.dtype)
@@ -137,8 +138,8 @@ def test_actions_reach_the_env_converted(kind: str, actions: list, received: lis
     for i in range(2):
         got = env._envs[i].unwrapped.received[-1]
         np.testing.assert_array_equal(got, received[i])
-        if kind == "box":
-            assert got.dtype == np.float64  # the space's dtype
+        if kind in ("box", "multi_binary"):
+            assert got.dtype == (np.float64 if kind == "box" else np.int8)  # the space's dtype
         assert buf.rewards[i] == 10.0 + np.sum(received[i])
 
 
@@ -180,6 +181,8 @@ def test_dict_observation_masks_reach_buffers() -> None:
         ("2d_box_action", r"action space is Box\(.*; a Box action space needs shape \(d,\), not \(2, 2\)"),
         ("2d_multi_discrete", r"action space is MultiDiscrete\(\[\[2 3\] \[4 5\]\]\) \(MultiDiscrete\); its nvec "
                               r"has shape \(2, 2\), not 1-D"),
+        ("2d_multi_binary", r"action space is MultiBinary\(\(2, 2\)\) \(MultiBinary\); a MultiBinary action space "
+                            r"needs shape \(n,\), not \(2, 2\)"),
         ("dict_with_sequence", r"leaf '1' is a Sequence space, which Sluice cannot carry \(it carries Box, "
                                r"Discrete, MultiDiscrete and MultiBinary leaves\)"),
         ("mask_wrong_size", r"observation space is Dict\(.*\(Dict\); its action_mask has shape \(3,\) but the "

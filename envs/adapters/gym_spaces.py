@@ -16,6 +16,8 @@ What maps onto what (one agent's spaces):
   ``start + a``;
 * action ``MultiDiscrete(nvec, start)`` with a 1-D ``nvec`` -> ``ActionSpace.multi_discrete(nvec)``;
   component-wise ``start + a``, cast to the space's dtype;
+* action ``MultiBinary(n)`` (e.g. a game pad's buttons) -> ``ActionSpace.multi_discrete([2] * n)``, each component
+  0 or 1, cast to the space's dtype;
 * action ``Box`` (float dtype, shape ``(d,)``) -> ``ActionSpace.box(low, high)``; Sluice's float32 action
   (an unclipped Gaussian sample) is clipped to ``[low, high]`` and cast to the space's dtype.
 
@@ -42,7 +44,7 @@ from envs.errors import EnvConfigError, EnvRaised
 SUPPORTED = ("supported: Box observation spaces (any dtype), Dict and Tuple observation spaces (nested) of Box, "
              "Discrete, MultiDiscrete and MultiBinary leaves (a Dict's 'action_mask' key, a Box or MultiBinary of "
              "sum(nvec) flags, is the action mask), or one Discrete, MultiDiscrete or MultiBinary; Discrete, "
-             "MultiDiscrete (1-D nvec) and Box (float dtype, 1-D shape) action spaces")
+             "MultiDiscrete (1-D nvec), MultiBinary (1-D) and Box (float dtype, 1-D shape) action spaces")
 STRUCTURED = (spaces.Dict, spaces.Tuple, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
 """Observation spaces carried as a structured observation (``EnvSpec.obs_leaves``)."""
 
@@ -62,6 +64,11 @@ def _action_space(label: str, space: spaces.Space) -> ActionSpace:
         if space.nvec.ndim != 1:
             raise _unsupported(label, "action", space, f"its nvec has shape {space.nvec.shape}, not 1-D")
         return ActionSpace.multi_discrete([int(n) for n in space.nvec])
+    if isinstance(space, spaces.MultiBinary):
+        if len(space.shape) != 1:
+            raise _unsupported(label, "action", space, f"a MultiBinary action space needs shape (n,), not "
+                                                       f"{space.shape}")
+        return ActionSpace.multi_discrete([2] * int(space.shape[0]))
     if isinstance(space, spaces.Box):
         if not np.issubdtype(space.dtype, np.floating):
             raise _unsupported(label, "action", space, f"a Box action space needs a float dtype, not {space.dtype}")
