@@ -342,7 +342,7 @@ class FaultyParallelEnv(StaggeredParallelEnv):
             raise OSError("simulator crashed in reset")
         obs, infos = super().reset(seed=seed)
         if self.fault == "bad_obs_reset":
-            obs["b"] = obs["b"].astype(np.float64)
+            obs["b"] = obs["b"].astype(str)
         if self.fault == "missing_agent":
             del obs["c"]
         return obs, infos

@@ -7,10 +7,12 @@ from collections.abc import Iterator
 import gymnasium
 import numpy as np
 import pytest
+from gymnasium import spaces
 
 from envs.base import StepBuffers
 from envs.builtin.cartpole import CartPoleVec
 from envs.adapters.gym_adapter import GymnasiumVecEnv
+from envs.adapters.gym_spaces import SpaceConverter
 from envs.spaces import ActionSpace
 from envs.registry import env_spec, make_vec_env
 from configs.env_config import EnvConfig
@@ -294,3 +296,33 @@ def test_registry_builds_envs() -> None:
     env.step(buf)
     assert buf.episode_done.all() and buf.terminated.all()
     env.close()
+
+
+@pytest.mark.parametrize(("declared", "returned", "expected"), [
+    (np.float32, np.array([1.5, -2.0, 1e-3]), np.array([1.5, -2.0, 1e-3], dtype=np.float32)),  # float64
+    (np.float32, [1, 2, 3], np.array([1, 2, 3], dtype=np.float32)),  # Python ints
+    (np.float64, np.array([0.25, 2, 3], dtype=np.float32), np.array([0.25, 2, 3])),
+    (np.uint8, [0, 7, 255], np.array([0, 7, 255], dtype=np.uint8)),  # int64 that fits
+    (np.uint8, np.array([True, False, True]), np.array([1, 0, 1], dtype=np.uint8)),
+    (np.int16, np.array([-300, 0, 300], dtype=np.int64), np.array([-300, 0, 300], dtype=np.int16)),
+])
+def test_an_observation_of_a_wider_or_other_number_dtype_is_cast_to_the_declared_one(declared, returned,
+                                                                                      expected) -> None:
+    low, high = (0, 255) if declared == np.uint8 else (-1000, 1000)
+    converter = SpaceConverter("test env", spaces.Box(low, high, shape=(3,), dtype=declared), spaces.Discrete(2))
+    obs, mask = converter.obs_and_mask(returned, call="step", where="(env 0)")
+    assert obs.dtype == np.dtype(declared) and mask is None
+    np.testing.assert_array_equal(obs, expected)
+
+
+@pytest.mark.parametrize(("declared", "returned", "why"), [
+    (np.uint8, [0, 7, 256], r"dtype int64 \(values 0 to 256, beyond uint8\); expected shape \(3,\) dtype uint8"),
+    (np.uint8, [-1, 0, 1], r"dtype int64 \(values -1 to 1, beyond uint8\)"),
+    (np.uint8, np.array([0.0, 1.0, 2.0]), r"dtype float64; expected shape \(3,\) dtype uint8"),  # floats stay floats
+    (np.float32, np.array(["a", "b", "c"]), r"dtype <U1; expected shape \(3,\) dtype float32"),
+])
+def test_an_observation_that_cannot_be_cast_is_refused_saying_why(declared, returned, why: str) -> None:
+    converter = SpaceConverter("test env", spaces.Box(0, 255, shape=(3,), dtype=declared), spaces.Discrete(2))
+    with pytest.raises(ValueError, match=rf"^test env \(env 0\) step\(\) returned an observation with shape \(3,\) "
+                                         rf"{why}"):
+        converter.obs_and_mask(returned, call="step", where="(env 0)")

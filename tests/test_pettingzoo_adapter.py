@@ -133,7 +133,7 @@ def test_construction_errors() -> None:
         ("raise_reset", RuntimeError, r"\(env 0\) raised in reset\(\): OSError\('simulator crashed in reset'\)"),
         ("raise_step", RuntimeError, r"\(env 0\) raised in step\(\): ZeroDivisionError\('physics blew up'\)"),
         ("bad_obs_reset", ValueError, r"\(env 0, agent 'b'\) reset\(\) returned an observation with shape \(4,\) "
-                                      r"dtype float64; expected shape \(4,\) dtype float32 \(from its "
+                                      r"dtype <U32; expected shape \(4,\) dtype float32 \(from its "
                                       r"observation_space\('a'\)\)"),
         ("bad_obs_step", ValueError, r"\(env 0, agent 'c'\) step\(\) returned an observation with shape \(2,\) "
                                      r"dtype float32; expected shape \(4,\) dtype float32"),

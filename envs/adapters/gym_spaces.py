@@ -24,7 +24,9 @@ What maps onto what (one agent's spaces):
 Anything else is a ValueError naming the env (its label), the space and what is supported. Observations
 and masks an env returns are checked against the declared spaces (a structured one leaf by leaf: shape, integer or
 number dtype, discrete values in range, finite floats); a mismatch is a ValueError naming the env, the env index,
-the call (reset/step), the leaf, what came back and what was expected.
+the call (reset/step), the leaf, what came back and what was expected. An observation Box of the right shape whose
+dtype differs only in width or kind of number is cast to the declared dtype (float64 for float32; Python ints for
+uint8 when every value fits; ints for floats), as many envs return NumPy's defaults whatever their space says.
 """
 
 from __future__ import annotations
@@ -218,12 +220,31 @@ class SpaceConverter:
             raw, mask_raw = raw["observation"], raw["action_mask"]
         obs = np.asarray(raw)
         expected = (*lead, *self.spec.obs_shape)
+        if obs.shape == expected and obs.dtype != self._obs_dtype:
+            obs, why = self._cast(obs)
+        else:
+            why = ""
         if obs.shape != expected or obs.dtype != self._obs_dtype:
-            raise EnvConfigError(f"{prefix} {noun} with shape {obs.shape} dtype {obs.dtype}; expected shape "
+            raise EnvConfigError(f"{prefix} {noun} with shape {obs.shape} dtype {obs.dtype}{why}; expected shape "
                              f"{expected} dtype {self.spec.obs_dtype} (from its {self.source})")
         if mask_raw is None:
             return obs, None
         return obs, self._mask(mask_raw, lead, prefix)
+
+    def _cast(self, obs: np.ndarray) -> tuple[np.ndarray, str]:
+        """``obs`` in the declared dtype where only its width or kind of number differs (float64 for a float32 Box,
+        Python ints for a uint8 one): any number to a float dtype; an integer or bool to an integer dtype when every
+        value fits. Otherwise ``obs`` unchanged, and why for the message ("" when the kinds do not convert)."""
+        target = self._obs_dtype
+        if target.kind == "f" and obs.dtype.kind in "biuf":
+            return obs.astype(target), ""
+        if target.kind in "iu" and obs.dtype.kind in "biu":
+            info = np.iinfo(target)
+            low, high = (int(obs.min()), int(obs.max())) if obs.size else (0, 0)
+            if info.min <= low and high <= info.max:
+                return obs.astype(target), ""
+            return obs, f" (values {low} to {high}, beyond {target.name})"
+        return obs, ""
 
     def _mask(self, mask_raw: Any, lead: tuple[int, ...], prefix: str) -> np.ndarray:
         """The uint8 action mask (1 = legal) from what the env returned; ValueError on mismatch."""
