@@ -96,7 +96,7 @@ def _check_values(spec: EnvSpec, buffers: StepBuffers, limit: float, findings: F
         if not np.isfinite(array).all():
             findings.problem(f"{what} hold NaN or inf: every row with one is refused (non_finite); fix the env, or "
                              f"clip and replace them in a wrapper")
-        elif np.abs(array).max() > limit:
+        elif np.abs(array).max() > min(limit, float(np.finfo(array.dtype).max)):  # float16: no overflow
             findings.problem(f"{what} reach {float(np.abs(array).max()):g}, beyond network.max_abs_value ({limit:g}): "
                              f"such rows are refused (absurd_value); scale them down or raise network.max_abs_value")
     if spec.mask_size:

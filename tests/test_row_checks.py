@@ -377,3 +377,20 @@ def test_episodes_need_steps_in_the_same_message():
     assert refused.value.reason == "bad_counter"
     assert str(refused.value) == ("ROWS field 'episode_returns' is 9, more than 1 (agent_steps 0 plus 1 agent slots: "
                                   "each slot's episodes but its first end after a step this message counts)")
+
+
+def test_a_narrow_float_array_is_bounded_without_overflowing_the_limit():
+    """float16 observations against max_abs_value 1e6 (beyond float16's range): no overflow warning, none refused;
+    inf stays non_finite; under a limit float16 can hold, a larger value is absurd_value."""
+    import warnings
+
+    from learner.serve.row_checks import check_bounded
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's "overflow encountered in cast" would raise here
+        check_bounded("obs", np.array([-65504.0, 0.5, 65504.0], dtype=np.float16), 1e6)
+        with pytest.raises(ProtocolError, match=r"array 'obs' has a non-finite value np.float16\(inf\) at index \(2,\)"):
+            check_bounded("obs", np.array([0.0, 1.0, np.inf], dtype=np.float16), 1e6)
+        with pytest.raises(ProtocolError, match=r"array 'obs' has 2000.0 at index \(1,\); values must be "
+                                                    r"within \+-1000 "):
+            check_bounded("obs", np.array([1.0, 2000.0], dtype=np.float16), 1000.0)
