@@ -26,6 +26,9 @@ TOKEN_COLUMNS = 3
 
 IMAGE_LAYOUTS = ("", "chw", "hwc")
 """Values of ``EnvSpec.image_layout``: not an image or grid, channels first [C, H, W], channels last [H, W, C]."""
+OBS_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float32", "float64")
+"""The observation dtypes carried end to end (shared memory, the host's compiled row assembler, the wire, the learner's
+batch); not float16, which the compiled assembler has no type for (the adapters carry a float16 space as float32)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -200,6 +203,9 @@ class EnvSpec:
             raise EnvConfigError("action masks need a discrete or multi_discrete action space, not box")
         if np.dtype(self.obs_dtype).name != self.obs_dtype:
             raise EnvConfigError(f"obs_dtype must be a NumPy dtype name, got {self.obs_dtype!r}")
+        if self.obs_dtype not in OBS_DTYPES:
+            raise EnvConfigError(f"obs_dtype {self.obs_dtype!r} cannot be carried; one of {', '.join(OBS_DTYPES)} "
+                                 f"(write float16 observations as float32)")
 
     def _check_leaves(self) -> None:
         """EnvConfigError unless the leaves fit, without overlap, in a flat obs of a dtype that holds them exactly."""

@@ -9,6 +9,7 @@ import pytest
 
 from actors import assembler as asm_mod
 from actors.assembler import RowAssembler
+from envs.base import OBS_DTYPES
 
 FIELDS = ("obs", "actions", "logprobs", "values", "rewards", "dones", "bootstrap")
 
@@ -302,3 +303,19 @@ def test_prefetch_is_a_compiled_hint_that_changes_nothing() -> None:
         np.testing.assert_array_equal(buffer, before)
     with pytest.raises(numba.TypingError):  # 3-d arrays only: a 2-d one is a compile-time error, not a stray read
         touch(np.zeros((2, 2)), np.array([0]))
+
+
+@pytest.mark.parametrize("obs_dtype", OBS_DTYPES)
+def test_every_carried_observation_dtype_goes_through_the_compiled_assembler(obs_dtype: str) -> None:
+    """EnvSpec.obs_dtype admits only what the compiled kernel has a type for: rows match the reference for each."""
+    rng = np.random.default_rng(5)
+    asm = RowAssembler(num_agents=2, num_rows=6, horizon=3, obs_shape=(3,), obs_dtype=obs_dtype)
+    ref = RefAssembler(2, 6, 3)
+    for call in range(12):
+        steps = make_steps(rng, 2, (3,), obs_dtype)
+        assert add(asm, [0, 1], steps, call) == ref.add([0, 1], steps, call)
+        got, expected = asm.pop_full(2), ref.pop(2)
+        check_rows(asm, got, expected)
+        asm.release(got)
+        ref.release(got.tolist())
+    assert asm.arrays["obs"].dtype == np.dtype(obs_dtype)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-from envs.base import StepBuffers
+from envs.base import EnvSpec, StepBuffers
 from envs.builtin.cartpole import CartPoleVec
 from envs.adapters.gym_adapter import GymnasiumVecEnv
 from envs.adapters.gym_spaces import SpaceConverter
@@ -326,3 +326,18 @@ def test_an_observation_that_cannot_be_cast_is_refused_saying_why(declared, retu
     with pytest.raises(ValueError, match=rf"^test env \(env 0\) step\(\) returned an observation with shape \(3,\) "
                                          rf"{why}"):
         converter.obs_and_mask(returned, call="step", where="(env 0)")
+
+
+def test_a_float16_observation_space_is_carried_as_float32() -> None:
+    """The compiled row assembler has no float16: the adapter declares float32 and casts what the env returns."""
+    converter = SpaceConverter("test env", spaces.Box(-1, 1, shape=(3,), dtype=np.float16), spaces.Discrete(2))
+    assert converter.spec.obs_dtype == "float32"
+    obs, _ = converter.obs_and_mask(np.array([0.5, -0.25, 1.0], dtype=np.float16), call="step", where="(env 0)")
+    assert obs.dtype == np.float32 and obs.tolist() == [0.5, -0.25, 1.0]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "complex64", "str"])
+def test_an_env_spec_with_an_observation_dtype_nothing_carries_is_refused(dtype: str) -> None:
+    with pytest.raises(ValueError, match=rf"^obs_dtype '{np.dtype(dtype).name}' cannot be carried; one of bool, "
+                                         r"int8, .*, float32, float64 \(write float16 observations as float32\)$"):
+        EnvSpec(num_agents=1, obs_shape=(3,), obs_dtype=np.dtype(dtype).name, action=ActionSpace.discrete(2))

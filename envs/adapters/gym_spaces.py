@@ -2,7 +2,8 @@
 
 What maps onto what (one agent's spaces):
 
-* observation ``Box`` (any shape, any dtype) -> ``obs_shape``/``obs_dtype`` unchanged (uint8 stays uint8); a rank-3
+* observation ``Box`` (any shape, any number dtype) -> ``obs_shape``/``obs_dtype`` unchanged (uint8 stays uint8; float16
+  is carried as float32, which the compiled row assembler has a type for); a rank-3
   Box is declared an image (``EnvSpec.image_layout``, see ``image_layout_of``): ``hwc`` when its last axis is <= 4
   (Gymnasium's [H, W, C] convention, e.g. Atari's [210, 160, 3]), else ``chw`` when its first axis is <= 4;
 * observation ``Dict{"observation": Box, "action_mask": Box | MultiBinary}`` (the PettingZoo classic
@@ -38,7 +39,7 @@ import numpy as np
 from gymnasium import spaces
 
 from envs.adapters.gym_leaves import MASK_KEY, image_layout_of, leaves_of, select_keys
-from envs.base import EnvSpec, StepBuffers
+from envs.base import OBS_DTYPES, EnvSpec, StepBuffers
 from envs.obs_layout import ObsFlattener, structured_obs
 from envs.spaces import ActionSpace
 from envs.errors import EnvConfigError, EnvRaised
@@ -113,7 +114,10 @@ def spec_from_spaces(label: str, observation_space: spaces.Space, action_space: 
         return EnvSpec(num_agents=num_agents, action=action, action_mask=mask is not None,
                        **structured_obs(leaves_of(label, obs)))
     obs_shape = tuple(int(d) for d in obs.shape)
-    return EnvSpec(num_agents=num_agents, obs_shape=obs_shape, obs_dtype=np.dtype(obs.dtype).name, action=action,
+    obs_dtype = "float32" if np.dtype(obs.dtype) == np.float16 else np.dtype(obs.dtype).name  # see OBS_DTYPES
+    if obs_dtype not in OBS_DTYPES:
+        raise _unsupported(label, "observation", observation_space, f"its dtype {obs_dtype} is not a number")
+    return EnvSpec(num_agents=num_agents, obs_shape=obs_shape, obs_dtype=obs_dtype, action=action,
                    action_mask=mask is not None, image_layout=image_layout_of(obs_shape))
 
 
