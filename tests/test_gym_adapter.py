@@ -12,7 +12,7 @@ from gymnasium import spaces
 from envs.base import EnvSpec, StepBuffers
 from envs.builtin.cartpole import CartPoleVec
 from envs.adapters.gym_adapter import GymnasiumVecEnv
-from envs.adapters.gym_spaces import SpaceConverter
+from envs.adapters.gym_spaces import SpaceConverter, reward_value
 from envs.spaces import ActionSpace
 from envs.registry import env_spec, make_vec_env
 from configs.env_config import EnvConfig
@@ -341,3 +341,18 @@ def test_an_env_spec_with_an_observation_dtype_nothing_carries_is_refused(dtype:
     with pytest.raises(ValueError, match=rf"^obs_dtype '{np.dtype(dtype).name}' cannot be carried; one of bool, "
                                          r"int8, .*, float32, float64 \(write float16 observations as float32\)$"):
         EnvSpec(num_agents=1, obs_shape=(3,), obs_dtype=np.dtype(dtype).name, action=ActionSpace.discrete(2))
+
+
+@pytest.mark.parametrize(("raw", "value"), [(1, 1.0), (True, 1.0), (np.float32(0.5), 0.5), (np.array(-2.0), -2.0),
+                                            (np.array([0.25]), 0.25), (np.array([[3]], dtype=np.int64), 3.0)])
+def test_a_reward_is_a_number_or_an_array_of_one(raw, value: float) -> None:
+    assert reward_value(raw, lambda: "test env (env 0) step()") == value
+
+
+@pytest.mark.parametrize(("raw", "shown"), [(np.array([1.0, 2.0]), r"ndarray with shape \(2,\) dtype float64"),
+                                            ("1.0", r"str with shape \(\) dtype <U3"),
+                                            (None, r"NoneType with shape \(\) dtype object")])
+def test_a_reward_that_is_not_one_number_is_refused_naming_the_env(raw, shown: str) -> None:
+    with pytest.raises(ValueError, match=rf"^test env \(env 0\) step\(\) returned a reward of {shown}; expected a "
+                                         r"number$"):
+        reward_value(raw, lambda: "test env (env 0) step()")

@@ -17,7 +17,7 @@ import gymnasium
 import numpy as np
 
 from envs.base import EnvSpec, StepBuffers
-from envs.adapters.gym_spaces import SpaceConverter, close_each, rgb_frame
+from envs.adapters.gym_spaces import SpaceConverter, close_each, reward_value, rgb_frame
 from envs.errors import EnvConfigError, EnvRaised
 
 
@@ -108,12 +108,13 @@ class GymnasiumVecEnv:
                 obs, reward, term, trunc, _info = env.step(self._spaces.to_env_action(buffers.actions[i]))
             except Exception as exc:
                 raise EnvRaised(f"gymnasium env '{self.gym_id}' (env {i}) raised in step(): {exc!r}") from exc
+            reward = reward_value(reward, lambda: f"gymnasium env '{self.gym_id}' (env {i}) step()")
             terminated = bool(term)
             truncated = bool(trunc) and not terminated
             buffers.rewards[i] = reward
             buffers.terminated[i] = terminated
             buffers.truncated[i] = truncated
-            self._returns[i] += float(reward)
+            self._returns[i] += reward
             self._lengths[i] += 1
             self._write_obs(buffers, i, obs, "step")
             buffers.episode_done[i] = terminated or truncated

@@ -260,6 +260,18 @@ class SpaceConverter:
         return (mask != 0).astype(np.uint8)
 
 
+def reward_value(raw: Any, where: Callable[[], str]) -> float:
+    """A reward as a float: a number, or a NumPy array holding one number (what a reward computed with NumPy often
+    is); EnvConfigError naming ``where()`` (the env, the call) for anything else."""
+    if isinstance(raw, (float, int, np.number)):  # bool and np.bool_ are ints / numbers here
+        return float(raw)
+    value = np.asarray(raw)
+    if value.size == 1 and value.dtype.kind in "biuf":
+        return float(value.reshape(-1)[0])
+    raise EnvConfigError(f"{where()} returned a reward of {type(raw).__name__} with shape {value.shape} dtype "
+                         f"{value.dtype}; expected a number")
+
+
 def rgb_frame(label: str, frame: Any) -> np.ndarray:
     """What an env's ``render()`` returned, as a [height, width, 3] uint8 frame; EnvConfigError naming ``label`` when
     it is no RGB(A) image (the env was not made with ``render_mode='rgb_array'``)."""

@@ -41,7 +41,7 @@ from pettingzoo import ParallelEnv
 from envs.base import EnvSpec, StepBuffers
 from envs.adapters.entry_point import resolve_entry_point
 from envs.adapters.agent_spaces import AgentSpaces
-from envs.adapters.gym_spaces import close_each, report_episode, rgb_frame
+from envs.adapters.gym_spaces import close_each, report_episode, reward_value, rgb_frame
 from envs.errors import EnvConfigError, EnvRaised
 
 
@@ -224,7 +224,7 @@ class PettingZooParallelAdapter:
             where = f"(env {e}, agent {agent!r})"
             if agent not in observations:
                 raise EnvConfigError(f"{self.label} {where} step() returned no observation for an agent that acted")
-            reward = float(rewards.get(agent, 0.0))
+            reward = reward_value(rewards.get(agent, 0.0), lambda: f"{self.label} {where} step()")
             self._returns[slot] += reward
             self._lengths[slot] += 1
             terminated = bool(terminations.get(agent, False))

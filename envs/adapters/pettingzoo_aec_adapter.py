@@ -53,7 +53,7 @@ from pettingzoo import AECEnv, ParallelEnv
 
 from envs.base import EnvSpec, StepBuffers
 from envs.adapters.entry_point import resolve_entry_point
-from envs.adapters.gym_spaces import close_each, rgb_frame
+from envs.adapters.gym_spaces import close_each, reward_value, rgb_frame
 from envs.adapters.pettingzoo_adapter import open_envs
 from envs.errors import EnvConfigError, EnvRaised
 
@@ -140,11 +140,12 @@ class PettingZooAECAdapter:
             env.step(action)
         except Exception as exc:
             raise EnvRaised(f"{self.label} (env {e}) raised in step(): {exc!r}") from exc
-        for agent, reward in env.rewards.items():
+        for agent, raw in env.rewards.items():
             if agent in self._index:
                 slot = base + self._index[agent]
-                self._pending[slot] += float(reward)
-                self._returns[slot] += float(reward)
+                reward = reward_value(raw, lambda: f"{self.label} (env {e}, agent {agent!r}) step()")
+                self._pending[slot] += reward
+                self._returns[slot] += reward
         present = set(env.agents)
         for j, agent in enumerate(self.agents):
             slot = base + j
