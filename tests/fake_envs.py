@@ -103,6 +103,23 @@ class BadObsEnv(Uint8GridEnv):
         return self._wrong(), reward, term, trunc, info
 
 
+class OldApiEnv(Uint8GridEnv):
+    """Wrong: gym's old API (before 0.26): ``reset`` returns the observation alone (``where="reset"``), or ``step``
+    four values (``where="step"``)."""
+
+    def __init__(self, where: str = "reset") -> None:
+        super().__init__(length=100)
+        self.where = where
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> Any:
+        obs, info = super().reset(seed=seed)
+        return obs if self.where == "reset" else (obs, info)
+
+    def step(self, action: Any) -> tuple:
+        obs, reward, term, _trunc, info = super().step(action)
+        return obs, reward, term, info
+
+
 class RaisingEnv(Uint8GridEnv):
     """Raises from step after ``after`` steps, or from reset."""
 

@@ -23,12 +23,13 @@ BAD_OBS_ID = "SluiceTest/BadObs-v0"
 RAISING_ID = "SluiceTest/Raising-v0"
 ECHO_ID = "SluiceTest/Echo-v0"
 UNSUPPORTED_ID = "SluiceTest/Unsupported-v0"
+OLD_API_ID = "SluiceTest/OldApi-v0"
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _registered_envs() -> Iterator[None]:
     ids = {UINT8_ID: "Uint8GridEnv", BAD_OBS_ID: "BadObsEnv", RAISING_ID: "RaisingEnv", ECHO_ID: "EchoEnv",
-           UNSUPPORTED_ID: "UnsupportedEnv"}
+           UNSUPPORTED_ID: "UnsupportedEnv", OLD_API_ID: "OldApiEnv"}
     for env_id, cls in ids.items():
         gymnasium.register(id=env_id, entry_point=f"tests.fake_envs:{cls}",
                            max_episode_steps=3 if env_id == UINT8_ID else None, disable_env_checker=True)
@@ -356,3 +357,16 @@ def test_a_reward_that_is_not_one_number_is_refused_naming_the_env(raw, shown: s
     with pytest.raises(ValueError, match=rf"^test env \(env 0\) step\(\) returned a reward of {shown}; expected a "
                                          r"number$"):
         reward_value(raw, lambda: "test env (env 0) step()")
+
+
+@pytest.mark.parametrize(("where", "got", "fields"), [("reset", "ndarray", "obs, info"),
+                                                      ("step", "4 values", "obs, reward, terminated, truncated, info")])
+def test_an_env_of_gyms_old_api_is_named_with_what_to_do(where: str, got: str, fields: str) -> None:
+    env = GymnasiumVecEnv(OLD_API_ID, 1, max_steps=0, kwargs={"where": where})
+    buf = _buffers(env)
+    with pytest.raises(ValueError, match=rf"^gymnasium env '{OLD_API_ID}' \(env 0\) {where}\(\) returned {got}, not "
+                                         rf"\({fields}\) as Gymnasium's API has it since 0.26; an env written for "
+                                         r"gym's old API needs shimmy's GymV21CompatibilityV0"):
+        env.reset(buf, seed=0)
+        env.step(buf)
+    env.close()

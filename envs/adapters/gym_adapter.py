@@ -40,6 +40,14 @@ def _make_one(gym_id: str, max_steps: int, kwargs: dict[str, Any]) -> gymnasium.
         raise EnvRaised(f"gymnasium env '{gym_id}' raised in make(): {exc!r}") from exc
 
 
+RESET_RESULT = "obs, info"
+"""What ``reset`` returns."""
+STEP_RESULT = "obs, reward, terminated, truncated, info"
+"""What ``step`` returns."""
+OLD_API_HINT = ("an env written for gym's old API needs shimmy's GymV21CompatibilityV0 (pip install shimmy) around it, "
+                "or its reset and step brought up to date")
+
+
 class GymnasiumVecEnv:
     """``num_envs`` instances of one Gymnasium env, stepped sequentially into shared buffers.
 
@@ -80,10 +88,21 @@ class GymnasiumVecEnv:
     def _reset_one(self, index: int, seed: int | None, buffers: StepBuffers) -> None:
         """Reset env ``index``; write its validated first observation (and action mask)."""
         try:
-            obs, _info = self._envs[index].reset(seed=seed)
+            result = self._envs[index].reset(seed=seed)
         except Exception as exc:
             raise EnvRaised(f"gymnasium env '{self.gym_id}' (env {index}) raised in reset(): {exc!r}") from exc
+        obs, _info = self._unpack(result, index, "reset", RESET_RESULT)
         self._write_obs(buffers, index, obs, "reset")
+
+    def _unpack(self, result: Any, index: int, call: str, fields: str) -> tuple:
+        """``result`` of ``call`` as the tuple Gymnasium's API returns; EnvConfigError naming the env when it is not
+        (e.g. an env of gym's old API, whose reset returns the observation alone and step four values)."""
+        expected = fields.count(",") + 1
+        if isinstance(result, tuple) and len(result) == expected:
+            return result
+        got = f"{len(result)} values" if isinstance(result, tuple) else type(result).__name__
+        raise EnvConfigError(f"gymnasium env '{self.gym_id}' (env {index}) {call}() returned {got}, not ({fields}) "
+                             f"as Gymnasium's API has it since 0.26; {OLD_API_HINT}")
 
     def _write_obs(self, buffers: StepBuffers, index: int, raw: Any, call: str) -> None:
         """Validate ``raw`` and write it (and its mask) into slot ``index``."""
@@ -105,9 +124,10 @@ class GymnasiumVecEnv:
         self._spaces.check_actions(buffers.actions, lambda i: f"(env {i})")
         for i, env in enumerate(self._envs):
             try:
-                obs, reward, term, trunc, _info = env.step(self._spaces.to_env_action(buffers.actions[i]))
+                result = env.step(self._spaces.to_env_action(buffers.actions[i]))
             except Exception as exc:
                 raise EnvRaised(f"gymnasium env '{self.gym_id}' (env {i}) raised in step(): {exc!r}") from exc
+            obs, reward, term, trunc, _info = self._unpack(result, i, "step", STEP_RESULT)
             reward = reward_value(reward, lambda: f"gymnasium env '{self.gym_id}' (env {i}) step()")
             terminated = bool(term)
             truncated = bool(trunc) and not terminated
