@@ -45,7 +45,7 @@ from configs.loader import ConfigError, config_from_dict
 from configs.plan import make_plan
 from configs.schema import RunConfig
 from envs.base import EnvSpec
-from envs.registry import env_spec
+from envs.registry import probe_env_spec
 from envs.rows import message_sizing, run_row_layout
 from policies.threads import use_threads
 from protocol import Limits
@@ -153,7 +153,7 @@ def build_host(registration: Registration, link: LearnerLink, *, options: HostOp
     """Every part of an actor host and the links between them; what needs releasing goes on ``resources``."""
     config = config_from_dict(registration.config)
     use_threads(config.run.torch_threads)
-    spec = env_spec(config.env)
+    spec = probe_env_spec(config.env, note=lambda line: print(f"actors: {line}", flush=True))  # a child builds it
     plan = make_plan(config.trainer, num_agents=config.env.num_agents,
                      num_workers=options.num_workers or config.trainer.num_workers)
     layout = SlotLayout.from_plan(plan, groups=config.trainer.async_factor, agents_per_env=spec.num_agents)

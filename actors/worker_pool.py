@@ -19,7 +19,8 @@ Watchdog: ``wake`` stamps each group it hands actions to, and its reply clears t
 than ``env.step_timeout_s`` with nothing left to read on its pipe: stuck in an env step, or stopped (SIGSTOP,
 read from /proc). It logs one line naming the worker, the env and the group, reports it as an env error
 (``STEP_TIMEOUT``, for the learner's log), kills the process and buries it like a dead one, so the respawn's
-backoff and the crash-loop rule apply.
+backoff and the crash-loop rule apply. A worker's spawn stamps it too, until the replies that follow its groups'
+first reset: one that has not built and reset its envs within ``env.build_timeout_s`` is killed the same way.
 """
 
 from __future__ import annotations
@@ -86,15 +87,15 @@ class WorkerProcess:
     """Why the watchdog killed it ('' if it did not): its exit cause in the crash-loop message."""
 
 
-def process_state(pid: int | None) -> str:
+def process_state(pid: int | None, busy: str = "busy in env step") -> str:
     """What a worker that does not answer is doing, from /proc/<pid>/stat: 'stopped (SIGSTOP)', 'stopped by a
-    tracer' or 'busy in env step' (also where /proc cannot tell)."""
+    tracer' or ``busy`` (also where /proc cannot tell)."""
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
             state = stat.read().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
-        return "busy in env step"
-    return {"T": "stopped (SIGSTOP)", "t": "stopped by a tracer"}.get(state, "busy in env step")
+        return busy
+    return {"T": "stopped (SIGSTOP)", "t": "stopped by a tracer"}.get(state, busy)
 
 
 def exit_cause(exitcode: int | None) -> str:
@@ -133,6 +134,10 @@ class WorkerPool:
         self.next_watch = time.monotonic() + self.watch_period_s
         self.woken_at = np.full((layout.workers, layout.groups), np.inf)
         """Monotonic time each group was handed actions and has not answered since (inf: not waited for)."""
+        self.build_timeout_s = env_config.build_timeout_s
+        """A worker that has not built and reset its envs this long after its spawn is killed and respawned."""
+        self.building_since = np.full(layout.workers, np.inf)
+        """Monotonic time each worker was spawned, until its envs are built and reset (inf: they are)."""
         if layout.groups > MAX_GROUPS:
             raise ValueError(f"at most {MAX_GROUPS} env groups per worker (trainer.async_factor), got {layout.groups}")
         self.workers: list[WorkerProcess] = []
@@ -229,6 +234,7 @@ class WorkerPool:
         child.close()
         groups = self.views[spec.worker_id * self.layout.groups:(spec.worker_id + 1) * self.layout.groups]
         worker = WorkerProcess(spec=spec, groups=groups, process=process, channel=HostEnd(parent))
+        self.building_since[spec.worker_id] = time.monotonic()
         self.by_fd[worker.channel.fd] = spec.worker_id
         self.poller.register(worker.channel.fd, zmq.POLLIN)
         return worker
@@ -249,6 +255,8 @@ class WorkerPool:
                 raise EnvFailure(EnvErrorReport.from_bytes(reply.report))
             if worker.replies > self.layout.groups:  # it answered a step: it lives
                 worker.deaths_in_a_row = 0
+            elif worker.replies == self.layout.groups:  # every group built and reset
+                self.building_since[w] = np.inf
             if status == STATUS_ENV_RESTARTED:
                 self.last_env_error = EnvErrorReport.from_bytes(reply.report)
                 report.env_restarts += 1
@@ -269,6 +277,7 @@ class WorkerPool:
         worker.channel.close()
         worker.channel = None
         self.woken_at[w] = np.inf
+        self.building_since[w] = np.inf
         self.on_restart(w)
         kept = [view for view in self.ready if view.worker != w]
         self.ready.clear()
@@ -306,24 +315,39 @@ class WorkerPool:
             self.workers[w].deaths_in_a_row = deaths
 
     def _watch(self, now: float, report: RowsReport) -> None:
-        """Kill and bury every live worker whose oldest woken group has waited past the step deadline with no
-        answer waiting on its pipe; each is one line, and an env error for the learner."""
+        """Kill and bury every live worker whose oldest woken group has waited past the step deadline, or that has
+        not built and reset its envs by the build deadline, with no answer waiting on its pipe; each is one line,
+        and an env error for the learner."""
         if self.stop_flag.is_set():
             return
         waited = now - self.woken_at.min(axis=1)
         for w in np.flatnonzero(waited > self.step_timeout_s).tolist():
-            worker = self.workers[w]
-            if worker.channel is None or worker.channel.answer_waiting():  # buried already, or its answer just came in
-                continue
             group = int(np.argmin(self.woken_at[w]))
-            state = process_state(worker.process.pid)
-            line = (f"env worker {w} (env '{env_label(worker.spec.env)}', group {group}) stuck: no answer for "
-                    f"{waited[w]:.1f} s (env.step_timeout_s {self.step_timeout_s:g}), {state}; killing and "
-                    f"respawning it")
-            LOG.warning("%s", line)
-            self.last_env_error = EnvErrorReport(message=line, error_type=STEP_TIMEOUT, location="")
-            report.env_restarts += 1
-            self.env_restarts += 1
-            worker.process.kill()  # SIGKILL ends a stopped process too
-            self._bury(w)
-            worker.killed_because = f"{state} for {waited[w]:.1f} s, killed by the step watchdog"
+            self._kill_stuck(w, report, busy="busy in env step", waited_s=float(waited[w]), watchdog="step watchdog",
+                             what=f"env worker {w} (env '{env_label(self.workers[w].spec.env)}', group {group}) "
+                                  f"stuck: no answer for {waited[w]:.1f} s (env.step_timeout_s "
+                                  f"{self.step_timeout_s:g})")
+        building = now - self.building_since
+        for w in np.flatnonzero(building > self.build_timeout_s).tolist():
+            self._kill_stuck(w, report, busy="busy building its envs", waited_s=float(building[w]),
+                             watchdog="build watchdog",
+                             what=f"env worker {w} (env '{env_label(self.workers[w].spec.env)}') did not build and "
+                                  f"reset its envs in {building[w]:.1f} s (env.build_timeout_s "
+                                  f"{self.build_timeout_s:g})")
+
+    def _kill_stuck(self, w: int, report: RowsReport, *, busy: str, waited_s: float, watchdog: str,
+                    what: str) -> None:
+        """Worker ``w`` is past a deadline (``what`` says which): unless its answer just came in, one line naming
+        its state (``busy`` when it is neither stopped nor traced), an env error, SIGKILL, and a burial."""
+        worker = self.workers[w]
+        if worker.channel is None or worker.channel.answer_waiting():  # buried already, or its answer just came in
+            return
+        state = process_state(worker.process.pid, busy=busy)
+        line = f"{what}, {state}; killing and respawning it"
+        LOG.warning("%s", line)
+        self.last_env_error = EnvErrorReport(message=line, error_type=STEP_TIMEOUT, location="")
+        report.env_restarts += 1
+        self.env_restarts += 1
+        worker.process.kill()  # SIGKILL ends a stopped process too
+        self._bury(w)
+        worker.killed_because = f"{state} for {waited_s:.1f} s, killed by the {watchdog}"

@@ -53,3 +53,7 @@ class EnvConfig:
     """Deadline in seconds for one env group's step on an actor host (from the host handing it actions to the
     worker's answer, env rebuilds included): a worker past it (a hung env, a stopped process) is reported,
     killed and respawned, counted like a worker death."""
+    build_timeout_s: Annotated[float, Range(low=1.0)] = 300.0
+    """Deadline in seconds for building an adapted or native env: the child that reads its spec for the learner (and
+    for each actor host) past it is killed and the run stops with one line; an env worker that has not built and
+    reset its envs by then is reported, killed and respawned, counted like a worker death."""

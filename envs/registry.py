@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import multiprocessing
+import os
+import signal
+import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
@@ -74,21 +78,49 @@ def env_spec(cfg: EnvConfig) -> EnvSpec:
     return spec
 
 
-def probe_env_spec(cfg: EnvConfig) -> EnvSpec:
+BUILD_NOTICE_S = 10.0
+"""Seconds of building an env's spec before the first line saying it is still going (each later gap doubles, at
+most BUILD_NOTICE_MAX_S)."""
+BUILD_NOTICE_MAX_S = 60.0
+
+
+def probe_env_spec(cfg: EnvConfig, *, note: Callable[[str], None] = print) -> EnvSpec:
     """The spec of the env ``cfg`` describes, without building any env in this process.
 
     Built-in envs declare theirs; an external env is built once in a short-lived spawned child that returns
     its spec and exits. Errors come back with their own type (EnvConfigError for a config the env rejects,
-    EnvRaised for the env's own exception), the child's traceback chained as their cause.
+    EnvRaised for the env's own exception), the child's traceback chained as their cause. While the child builds,
+    ``note`` gets a line after BUILD_NOTICE_S, then at doubling gaps; past ``env.build_timeout_s`` the child is
+    killed and EnvConfigError says so (an env that hangs in its constructor never stalls the caller silently).
     """
     spec = _declared_spec(cfg)
     if spec is not None:
         return spec
+    label, bound = env_label(cfg), cfg.build_timeout_s
+    started = time.monotonic()
     with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as child:
         try:
-            return child.submit(env_spec, cfg).result()
+            pid = child.submit(os.getpid).result()
+            built = child.submit(env_spec, cfg)
+            gap, next_note = BUILD_NOTICE_S, BUILD_NOTICE_S
+            while True:
+                waited = time.monotonic() - started
+                if waited >= bound:
+                    os.kill(pid, signal.SIGKILL)
+                    raise EnvConfigError(f"env '{label}': building it to read its spec took longer than "
+                                         f"env.build_timeout_s ({bound:g} s); its constructor hangs, or it needs a "
+                                         f"larger env.build_timeout_s")
+                if waited >= next_note:
+                    note(f"building env '{label}' to read its spec: {waited:.0f} s so far (env.build_timeout_s "
+                         f"{bound:g})")
+                    gap = min(2 * gap, BUILD_NOTICE_MAX_S)
+                    next_note += gap
+                try:
+                    return built.result(timeout=min(next_note, bound) - waited)
+                except TimeoutError:
+                    continue
         except BrokenProcessPool as exc:
-            raise EnvRaised(f"env '{env_label(cfg)}': the process reading its spec died while building it "
+            raise EnvRaised(f"env '{label}': the process reading its spec died while building it "
                             f"(the env killed its process, or ran out of memory)") from exc
 
 

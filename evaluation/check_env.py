@@ -195,7 +195,7 @@ def vector_size(config: RunConfig) -> int:
 
 def run_checks(config: RunConfig, *, seconds: float, seed: int, say: Callable[[str], None]) -> list[str]:
     """Every check on the config's env, said line by line; returns the problems."""
-    spec = probe_env_spec(config.env)
+    spec = probe_env_spec(config.env, note=say)
     for line in describe(config, spec):
         say(line)
     findings = Findings()

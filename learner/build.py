@@ -80,7 +80,7 @@ def build_learner(config: RunConfig, ranks: RankContext | None, *, resume: Calla
     use_threads(config.run.torch_threads)
     torch.manual_seed(config.run.seed)
     device = resolve_device(config.run.device)
-    spec = probe_env_spec(config.env)
+    spec = probe_env_spec(config.env, note=lambda line: print(f"learner: {line}", flush=True))
     plan = learner_plan(config, ranks)
     checkpoint = resume()
     update = 0 if checkpoint is None else checkpoint.trainer_state.update

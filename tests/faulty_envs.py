@@ -105,6 +105,24 @@ class HangsInStep(CartPoleVec):
         return True
 
 
+class HangsInBuild(CartPoleVec):
+    """CartPole that hangs (sleeps 1000 s) where ``where`` says: in its constructor ("init") or in its reset
+    ("reset"); with a ``flag`` path, only in the first instance that gets there (see ``HangsInStep``). Never build it
+    in a test's own process."""
+
+    def __init__(self, num_envs: int, *, max_steps: int, where: str = "init", flag: str = "") -> None:
+        self.where, self.flag = where, flag
+        if where == "init" and HangsInStep._first_to_hang(self):
+            time.sleep(1000)
+        super().__init__(num_envs, max_steps=max_steps)
+
+    def reset(self, buffers: StepBuffers, seed: int) -> None:
+        """Reset, except where it hangs."""
+        if self.where == "reset" and HangsInStep._first_to_hang(self):
+            time.sleep(1000)
+        super().reset(buffers, seed)
+
+
 class WritesNaN(CartPoleVec):
     """CartPole that writes NaN into the reward of env ``env``'s agent on every ``nan_every``-th step call."""
 

@@ -102,7 +102,8 @@ def _registered(config: dict):
 
 @pytest.mark.parametrize("config, message", [
     ({"trainer": {"no_such_key": 1}}, "trainer.no_such_key"),
-    ({"env": {"name": "native", "entry_point": "no_such_module:Env"}}, "no_such_module"),
+    pytest.param({"env": {"name": "native", "entry_point": "no_such_module:Env"}}, "no_such_module",
+                 marks=pytest.mark.integration),  # the host reads an external env's spec in a child process
 ])
 def test_a_config_error_exits_2_with_one_line(config, message, in_process, capsys):
     from actors.learner_link import LearnerLink

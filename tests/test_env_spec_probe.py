@@ -6,14 +6,19 @@ The learner reads its env's spec this way, so a user's env never runs in the lea
 from __future__ import annotations
 
 import os
+import re
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
 from configs.env_config import EnvConfig
 from envs.builtin.cartpole import CartPoleVec
 from envs.errors import EnvConfigError, EnvRaised
+from envs import registry
 from envs.registry import env_spec, probe_env_spec
+from tests.processes import descendants
 
 pytestmark = pytest.mark.integration
 
@@ -52,3 +57,19 @@ def test_env_that_kills_its_process_is_an_env_error_not_a_hang():
     with pytest.raises(EnvRaised, match="died while building it"):
         probe_env_spec(cfg)
     assert os.getpid()  # still here
+
+
+def test_env_that_hangs_while_built_is_said_as_it_goes_then_stopped_at_the_build_deadline(monkeypatch):
+    monkeypatch.setattr(registry, "BUILD_NOTICE_S", 0.5)
+    notes: list[str] = []
+    cfg = EnvConfig(name="native", entry_point="tests.faulty_envs:HangsInBuild", build_timeout_s=3.0)
+    started = time.monotonic()
+    with pytest.raises(EnvConfigError, match=r"^env 'native:tests\.faulty_envs:HangsInBuild': building it to read its "
+                                             r"spec took longer than env\.build_timeout_s \(3 s\); its constructor "
+                                             r"hangs, or it needs a larger env\.build_timeout_s$"):
+        probe_env_spec(cfg, note=notes.append)
+    assert 3.0 <= time.monotonic() - started < 20.0
+    assert len(notes) >= 2 and all(re.fullmatch(r"building env 'native:tests\.faulty_envs:HangsInBuild' to read its "
+                                                r"spec: \d+ s so far \(env\.build_timeout_s 3\)", n) for n in notes)
+    left = [Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ") for pid in descendants(os.getpid())]
+    assert not [cmd for cmd in left if b"resource_tracker" not in cmd], left  # the child was killed and reaped

@@ -153,3 +153,22 @@ def test_env_that_cannot_reset_stops_its_host_with_the_reason(tmp_path) -> None:
     assert f'faulty_envs.py", line {raised_at}, in reset' in log
     assert (f"env error OSError at {faulty_envs.__file__}:{raised_at}: env worker 0 could not start its env"
             in run.log("learner.log"))
+
+
+def test_an_env_that_hangs_while_built_stops_the_learner_with_one_line_by_the_build_deadline(tmp_path) -> None:
+    """The learner reads an external env's spec in a child: one that never finishes building is said as it goes and
+    ends the run at env.build_timeout_s, the child gone."""
+    run = Run(tmp_path, "--set", "env.name=native", "--set", "env.entry_point=tests.faulty_envs:HangsInBuild",
+              "--set", "env.build_timeout_s=12")
+    try:
+        learner = run.learner()
+        assert learner.wait(timeout=90) == 2, run.log("learner.log")
+        run.assert_clean()
+    finally:
+        run.close()
+    log = run.log("learner.log")
+    assert "learner: building env 'native:tests.faulty_envs:HangsInBuild' to read its spec: 10 s so far " \
+           "(env.build_timeout_s 12)" in log, log
+    assert "env 'native:tests.faulty_envs:HangsInBuild': building it to read its spec took longer than " \
+           "env.build_timeout_s (12 s)" in log, log
+    assert "Traceback" not in log

@@ -7,6 +7,7 @@ rows; again and again: fatal), and the option's config check."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import re
@@ -126,6 +127,41 @@ def test_a_worker_stuck_in_every_life_is_fatal_naming_it(caplog):
     finally:
         host.stop()
     assert len(watchdog_lines(caplog)) == MAX_DEATHS_IN_A_ROW
+    assert shm_segments(os.getpid()) == []
+
+
+@pytest.mark.parametrize("where", ["init", "reset"])
+def test_a_worker_that_hangs_building_its_envs_is_killed_and_respawned_by_the_build_deadline(tmp_path, caplog, where):
+    """The first life hangs in the env's constructor or first reset; past env.build_timeout_s it is one line, an
+    env error and a respawn, whose envs build and step."""
+    caplog.set_level(logging.WARNING, logger="sluice.actors")
+    env = dataclasses.replace(native("HangsInBuild", where=where, flag=str(tmp_path / "hung")), build_timeout_s=1.0)
+    host = Host(env)
+    try:
+        host.pump(lambda: host.pool.workers[0].restarts == 1)
+        host.pump(lambda: host.steps() > 20)  # the new life built, reset and steps
+        error = host.pool.last_env_error
+    finally:
+        host.stop()
+    lines = [r.getMessage() for r in caplog.records if "did not build" in r.getMessage()]
+    assert len(lines) == 1, lines
+    assert re.fullmatch(r"env worker 0 \(env 'native:tests\.faulty_envs:HangsInBuild'\) did not build and reset its "
+                        r"envs in \d+\.\d s \(env\.build_timeout_s 1\), busy building its envs; killing and "
+                        r"respawning it", lines[0]), lines[0]
+    assert error.error_type == STEP_TIMEOUT and error.message == lines[0]
+    assert shm_segments(os.getpid()) == []
+
+
+def test_a_worker_that_never_builds_is_fatal_naming_the_build_watchdog():
+    env = dataclasses.replace(native("HangsInBuild", where="init"), build_timeout_s=1.0)
+    host = Host(env)
+    try:
+        with pytest.raises(EnvFailure, match=f"^env worker 0 died {MAX_DEATHS_IN_A_ROW} times in a row without "
+                                             r"completing a step \(last: busy building its envs for \d+\.\d s, "
+                                             r"killed by the build watchdog\)"):
+            host.pump(lambda: False)
+    finally:
+        host.stop()
     assert shm_segments(os.getpid()) == []
 
 

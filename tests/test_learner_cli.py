@@ -50,7 +50,7 @@ def one_line_error(capsys) -> str:
 
 
 def test_an_internal_error_at_startup_propagates_with_its_traceback(tmp_path, capsys, monkeypatch):
-    def broken_probe(_cfg):
+    def broken_probe(_cfg, **_kwargs):
         raise ValueError("internal: spec cache out of sync")
 
     monkeypatch.setattr(learner.build, "probe_env_spec", broken_probe)
