@@ -14,7 +14,7 @@ import os
 import signal
 import time
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 
 from configs.env_config import ENV_NAMES, EnvConfig
@@ -115,10 +115,8 @@ def probe_env_spec(cfg: EnvConfig, *, note: Callable[[str], None] = print) -> En
                          f"{bound:g})")
                     gap = min(2 * gap, BUILD_NOTICE_MAX_S)
                     next_note += gap
-                try:
-                    return built.result(timeout=min(next_note, bound) - waited)
-                except TimeoutError:
-                    continue
+                if wait([built], timeout=min(next_note, bound) - waited).done:  # its own errors raise as they are
+                    return built.result()
         except BrokenProcessPool as exc:
             raise EnvRaised(f"env '{label}': the process reading its spec died while building it "
                             f"(the env killed its process, or ran out of memory)") from exc

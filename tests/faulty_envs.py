@@ -176,3 +176,11 @@ class ReportsThreads(CartPoleVec):
             os.replace(self.path + ".part", self.path)
             self.reported = True
         super().step(buffers)
+
+
+class TimesOutInConstructor(CartPoleVec):
+    """Wrong: its constructor raises TimeoutError at once (a license server that does not answer, say): an error of
+    the env's own, not a hang. Never build it in a test's own process."""
+
+    def __init__(self, num_envs: int, *, max_steps: int) -> None:
+        raise TimeoutError("license server did not answer")

@@ -73,3 +73,11 @@ def test_env_that_hangs_while_built_is_said_as_it_goes_then_stopped_at_the_build
                                                 r"spec: \d+ s so far \(env\.build_timeout_s 3\)", n) for n in notes)
     left = [Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ") for pid in descendants(os.getpid())]
     assert not [cmd for cmd in left if b"resource_tracker" not in cmd], left  # the child was killed and reaped
+
+
+def test_env_that_raises_timeout_error_is_its_own_error_at_once_not_a_hang():
+    cfg = EnvConfig(name="native", entry_point="tests.faulty_envs:TimesOutInConstructor", build_timeout_s=60.0)
+    started = time.monotonic()
+    with pytest.raises(EnvRaised, match="license server did not answer"):
+        probe_env_spec(cfg)
+    assert time.monotonic() - started < 30.0
