@@ -1,7 +1,8 @@
 """Simple RGB frames of env 0 of the built-in envs, drawn with NumPy (for ``python -m evaluation.evaluate --video``).
 
 CartPole is drawn from its observation (cart and pole as rectangles), the gridworld from its tiles and agent
-positions (coloured cells), Connect Four from its board; Gymnasium and PettingZoo envs draw themselves. Frame sides are multiples of 16, as video encoders like.
+positions (coloured cells), Connect Four from its board; Gymnasium and PettingZoo envs draw themselves. Frame sides
+are multiples of 16, as video encoders like.
 """
 
 from __future__ import annotations

@@ -389,7 +389,8 @@ def test_a_narrow_float_array_is_bounded_without_overflowing_the_limit():
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # numpy's "overflow encountered in cast" would raise here
         check_bounded("obs", np.array([-65504.0, 0.5, 65504.0], dtype=np.float16), 1e6)
-        with pytest.raises(ProtocolError, match=r"array 'obs' has a non-finite value np.float16\(inf\) at index \(2,\)"):
+        with pytest.raises(ProtocolError, match=r"array 'obs' has a non-finite value np.float16\(inf\) at index "
+                                                r"\(2,\)"):
             check_bounded("obs", np.array([0.0, 1.0, np.inf], dtype=np.float16), 1e6)
         with pytest.raises(ProtocolError, match=r"array 'obs' has 2000.0 at index \(1,\); values must be "
                                                     r"within \+-1000 "):

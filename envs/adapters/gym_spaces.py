@@ -2,10 +2,10 @@
 
 What maps onto what (one agent's spaces):
 
-* observation ``Box`` (any shape, any number dtype) -> ``obs_shape``/``obs_dtype`` unchanged (uint8 stays uint8; float16
-  is carried as float32, which the compiled row assembler has a type for); a rank-3
-  Box is declared an image (``EnvSpec.image_layout``, see ``image_layout_of``): ``hwc`` when its last axis is <= 4
-  (Gymnasium's [H, W, C] convention, e.g. Atari's [210, 160, 3]), else ``chw`` when its first axis is <= 4;
+* observation ``Box`` (any shape, any number dtype) -> ``obs_shape``/``obs_dtype`` unchanged (uint8 stays uint8;
+  float16 is carried as float32, which the compiled row assembler has a type for); a rank-3 Box is declared an
+  image (``EnvSpec.image_layout``, see ``image_layout_of``): ``hwc`` when its last axis is <= 4 (Gymnasium's
+  [H, W, C] convention, e.g. Atari's [210, 160, 3]), else ``chw`` when its first axis is <= 4;
 * observation ``Dict{"observation": Box, "action_mask": Box | MultiBinary}`` (the PettingZoo classic
   convention) -> the ``observation`` Box as above plus ``spec.action_mask=True``; the mask must hold
   ``sum(nvec)`` flags (one block of ``nvec[i]`` per component) and any nonzero flag is written as 1 (legal);
