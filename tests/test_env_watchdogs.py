@@ -116,20 +116,6 @@ def test_a_step_that_hangs_is_reported_once_and_its_worker_restarted(tmp_path, c
     assert shm_segments(os.getpid()) == []
 
 
-def test_a_worker_stuck_in_every_life_is_fatal_naming_it(caplog):
-    caplog.set_level(logging.WARNING, logger="sluice.actors")
-    host = Host(native("HangsInStep", hang_on=1, deadline_s=0.5))
-    try:
-        with pytest.raises(EnvFailure, match=f"^env worker 0 died {MAX_DEATHS_IN_A_ROW} times in a row without "
-                                             r"completing a step \(last: busy in env step for \d+\.\d s, killed by "
-                                             r"the step watchdog\)"):
-            host.pump(lambda: False)
-    finally:
-        host.stop()
-    assert len(watchdog_lines(caplog)) == MAX_DEATHS_IN_A_ROW
-    assert shm_segments(os.getpid()) == []
-
-
 @pytest.mark.parametrize("where", ["init", "reset"])
 def test_a_worker_that_hangs_building_its_envs_is_killed_and_respawned_by_the_build_deadline(tmp_path, caplog, where):
     """The first life hangs in the env's constructor or first reset; past env.build_timeout_s it is one line, an
@@ -152,16 +138,24 @@ def test_a_worker_that_hangs_building_its_envs_is_killed_and_respawned_by_the_bu
     assert shm_segments(os.getpid()) == []
 
 
-def test_a_worker_that_never_builds_is_fatal_naming_the_build_watchdog():
-    env = dataclasses.replace(native("HangsInBuild", where="init"), build_timeout_s=1.0)
+@pytest.mark.parametrize(("stuck", "state", "watchdog", "said"), [
+    ("step", "busy in env step", "step", "stuck: no answer"),
+    ("build", "busy building its envs", "build", "did not build"),
+])
+def test_a_worker_stuck_in_every_life_is_fatal_naming_it(caplog, stuck, state, watchdog, said):
+    """Stuck in its first step, or while building its envs, in every life: one line per life, then fatal."""
+    caplog.set_level(logging.WARNING, logger="sluice.actors")
+    env = (native("HangsInStep", hang_on=1, deadline_s=0.5) if stuck == "step" else
+           dataclasses.replace(native("HangsInBuild", where="init"), build_timeout_s=1.0))
     host = Host(env)
     try:
         with pytest.raises(EnvFailure, match=f"^env worker 0 died {MAX_DEATHS_IN_A_ROW} times in a row without "
-                                             r"completing a step \(last: busy building its envs for \d+\.\d s, "
-                                             r"killed by the build watchdog\)"):
+                                             rf"completing a step \(last: {state} for \d+\.\d s, killed by the "
+                                             rf"{watchdog} watchdog\)"):
             host.pump(lambda: False)
     finally:
         host.stop()
+    assert len([r for r in caplog.records if said in r.getMessage()]) == MAX_DEATHS_IN_A_ROW
     assert shm_segments(os.getpid()) == []
 
 

@@ -100,37 +100,26 @@ def test_video_of_cartpole_is_a_readable_mp4(cartpole_run: Path, tmp_path: Path,
     assert frames[0].shape == (240, 384, 3)
 
 
-def test_video_of_a_gymnasium_env_comes_from_its_own_rgb_array_render(tmp_path: Path, capsys) -> None:
-    run_dir = make_run_dir(tmp_path / "run", ["env.name=gymnasium", "env.gym_id=CartPole-v1", "env.max_steps=20"])
-    video = tmp_path / "gym.mp4"
-    code, out, err = evaluate(capsys, "--run-dir", str(run_dir), "--episodes", "2", "--video", str(video))
-    assert code == 0, err
-    written = int(re.search(r"wrote (\d+) frames", out).group(1))
-    frames = read_frames(video)
-    assert len(frames) == written > 0
-    assert frames[0].shape == (400, 608, 3)  # Gymnasium's 400 x 600 CartPole frame, padded to a multiple of 16
-    assert frames[0].std() > 0  # a drawn scene, not a blank frame
-    assert "render_mode" not in (run_dir / "config.yaml").read_text()  # the run's config is left as it was
-
-
-@pytest.mark.parametrize(("env_overrides", "side"), [
+@pytest.mark.parametrize(("env_overrides", "shape"), [
+    (["env.name=gymnasium", "env.gym_id=CartPole-v1", "env.max_steps=20"], (400, 608, 3)),
     (["env.name=pettingzoo", "env.entry_point=mpe2.simple_speaker_listener_v4:parallel_env", "env.num_agents=2",
-      "env.kwargs={max_cycles: 10}", "env.max_steps=0"], 704),
+      "env.kwargs={max_cycles: 10}", "env.max_steps=0"], (704, 704, 3)),
     (["env.name=pettingzoo_aec", "env.entry_point=pettingzoo.classic.tictactoe_v3:env", "env.num_agents=2",
-      "env.max_steps=0"], 1008),
-], ids=["mpe-parallel", "tictactoe-aec"])
-def test_video_of_a_pettingzoo_env_comes_from_its_own_rgb_array_render(tmp_path: Path, capsys,
-                                                                        env_overrides: list[str], side: int) -> None:
+      "env.max_steps=0"], (1008, 1008, 3)),
+], ids=["gymnasium", "mpe-parallel", "tictactoe-aec"])
+def test_video_of_an_adapted_env_comes_from_its_own_rgb_array_render(tmp_path: Path, capsys, env_overrides: list[str],
+                                                                       shape: tuple[int, int, int]) -> None:
+    """Gymnasium's 400 x 600 CartPole, MPE's 700 x 700 and tic-tac-toe's 1000 x 1000 frames, padded to 16s."""
     run_dir = make_run_dir(tmp_path / "run", env_overrides)
-    video = tmp_path / "pz.mp4"
+    video = tmp_path / "env.mp4"
     code, out, err = evaluate(capsys, "--run-dir", str(run_dir), "--episodes", "2", "--video", str(video))
     assert code == 0, err
     written = int(re.search(r"wrote (\d+) frames", out).group(1))
     frames = read_frames(video)
     assert len(frames) == written > 1
-    assert frames[0].shape == (side, side, 3)  # MPE's 700 x 700 and tic-tac-toe's 1000 x 1000, padded to 16s
-    assert max(frame.std() for frame in frames) > 0 and (frames[0] != frames[-1]).any()  # drawn, and moving
-    assert "render_mode" not in (run_dir / "config.yaml").read_text()
+    assert frames[0].shape == shape
+    assert frames[0].std() > 0 and (frames[0] != frames[-1]).any()  # a drawn scene, and it moves
+    assert "render_mode" not in (run_dir / "config.yaml").read_text()  # the run's config is left as it was
 
 
 @pytest.mark.parametrize("env_overrides", [

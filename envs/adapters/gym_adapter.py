@@ -17,7 +17,7 @@ import gymnasium
 import numpy as np
 
 from envs.base import EnvSpec, StepBuffers
-from envs.adapters.gym_spaces import SpaceConverter, close_each, reward_value, rgb_frame
+from envs.adapters.gym_spaces import SpaceConverter, close_each, reward_value, rendered_frame
 from envs.errors import EnvConfigError, EnvRaised
 
 
@@ -83,7 +83,7 @@ class GymnasiumVecEnv:
     def render_first(self) -> np.ndarray:
         """Env 0's current frame as [height, width, 3] uint8, from its ``render()``: the envs must have been made
         with ``render_mode='rgb_array'`` (env.kwargs), as ``python -m evaluation.evaluate --video`` makes them."""
-        return rgb_frame(f"gymnasium env '{self.gym_id}'", self._envs[0].render())
+        return rendered_frame(f"gymnasium env '{self.gym_id}'", self._envs[0])
 
     def _reset_one(self, index: int, seed: int | None, buffers: StepBuffers) -> None:
         """Reset env ``index``; write its validated first observation (and action mask)."""

@@ -272,9 +272,14 @@ def reward_value(raw: Any, where: Callable[[], str]) -> float:
                          f"{value.dtype}; expected a number")
 
 
-def rgb_frame(label: str, frame: Any) -> np.ndarray:
-    """What an env's ``render()`` returned, as a [height, width, 3] uint8 frame; EnvConfigError naming ``label`` when
-    it is no RGB(A) image (the env was not made with ``render_mode='rgb_array'``)."""
+def rendered_frame(label: str, env: Any) -> np.ndarray:
+    """``env.render()`` as a [height, width, 3] uint8 frame (``render_first`` of every adapter: env 0); EnvRaised
+    naming ``label`` when it raises, EnvConfigError when it returns no RGB(A) image (the env was not made with
+    ``render_mode='rgb_array'``)."""
+    try:
+        frame = env.render()
+    except Exception as exc:
+        raise EnvRaised(f"{label} (env 0) raised in render(): {exc!r}") from exc
     if not isinstance(frame, np.ndarray) or frame.ndim != 3 or frame.shape[-1] < 3:
         raise EnvConfigError(f"{label} rendered {type(frame).__name__} instead of an RGB frame; it needs "
                              "render_mode='rgb_array' (env.kwargs.render_mode)")

@@ -41,7 +41,7 @@ from pettingzoo import ParallelEnv
 from envs.base import EnvSpec, StepBuffers
 from envs.adapters.entry_point import resolve_entry_point
 from envs.adapters.agent_spaces import AgentSpaces
-from envs.adapters.gym_spaces import close_each, report_episode, reward_value, rgb_frame
+from envs.adapters.gym_spaces import close_each, report_episode, reward_value, rendered_frame
 from envs.errors import EnvConfigError, EnvRaised
 
 
@@ -262,11 +262,7 @@ class PettingZooParallelAdapter:
     def render_first(self) -> np.ndarray:
         """Env 0's current frame as [height, width, 3] uint8, from its ``render()``: the envs must have been made
         with ``render_mode='rgb_array'`` (env.kwargs), as ``python -m evaluation.evaluate --video`` makes them."""
-        try:
-            frame = self._envs[0].render()
-        except Exception as exc:
-            raise EnvRaised(f"{self.label} (env 0) raised in render(): {exc!r}") from exc
-        return rgb_frame(self.label, frame)
+        return rendered_frame(self.label, self._envs[0])
 
     def close(self) -> None:
         """Close every env made so far (the first failure is re-raised after closing the rest)."""
