@@ -370,3 +370,9 @@ def test_an_env_of_gyms_old_api_is_named_with_what_to_do(where: str, got: str, f
         env.reset(buf, seed=0)
         env.step(buf)
     env.close()
+
+
+def test_an_observation_dtype_nothing_carries_is_refused_naming_the_carried_ones() -> None:
+    with pytest.raises(ValueError, match=r"^test env: observation space is Box\(.*\(Box\); its dtype float128 is none "
+                                         r"of bool, int8, .*, float32, float64; supported:"):
+        SpaceConverter("test env", spaces.Box(-1, 1, shape=(3,), dtype=np.longdouble), spaces.Discrete(2))

@@ -116,7 +116,8 @@ def spec_from_spaces(label: str, observation_space: spaces.Space, action_space: 
     obs_shape = tuple(int(d) for d in obs.shape)
     obs_dtype = "float32" if np.dtype(obs.dtype) == np.float16 else np.dtype(obs.dtype).name  # see OBS_DTYPES
     if obs_dtype not in OBS_DTYPES:
-        raise _unsupported(label, "observation", observation_space, f"its dtype {obs_dtype} is not a number")
+        raise _unsupported(label, "observation", observation_space, f"its dtype {obs_dtype} is none of "
+                                                                    f"{', '.join(OBS_DTYPES)}")
     return EnvSpec(num_agents=num_agents, obs_shape=obs_shape, obs_dtype=obs_dtype, action=action,
                    action_mask=mask is not None, image_layout=image_layout_of(obs_shape))
 
