@@ -52,7 +52,9 @@ def start(module: str, *args: str, log: Path) -> subprocess.Popen:
 
 
 def descendants(pid: int) -> set[int]:
-    """All live descendant PIDs of ``pid`` (from /proc)."""
+    """All live descendant PIDs of ``pid`` (from /proc), except multiprocessing's resource trackers: the first
+    spawned child of a process (an env worker, the env spec's child) starts one, which lives exactly as long as that
+    process (a test process that spawned anything has one until it exits)."""
     found: set[int] = set()
     frontier = [pid]
     while frontier:
@@ -66,7 +68,15 @@ def descendants(pid: int) -> set[int]:
                 if child not in found:
                     found.add(child)
                     frontier.append(child)
-    return found
+    return {child for child in found if not _is_resource_tracker(child)}
+
+
+def _is_resource_tracker(pid: int) -> bool:
+    """Whether ``pid`` runs multiprocessing's (or multiprocess's) resource tracker."""
+    try:
+        return b"resource_tracker" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
 
 
 def session_members(session: int) -> set[int]:

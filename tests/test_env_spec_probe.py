@@ -9,7 +9,6 @@ import os
 import re
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -71,8 +70,7 @@ def test_env_that_hangs_while_built_is_said_as_it_goes_then_stopped_at_the_build
     assert 3.0 <= time.monotonic() - started < 20.0
     assert len(notes) >= 2 and all(re.fullmatch(r"building env 'native:tests\.faulty_envs:HangsInBuild' to read its "
                                                 r"spec: \d+ s so far \(env\.build_timeout_s 3\)", n) for n in notes)
-    left = [Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ") for pid in descendants(os.getpid())]
-    assert not [cmd for cmd in left if b"resource_tracker" not in cmd], left  # the child was killed and reaped
+    assert not descendants(os.getpid())  # the child was killed and reaped
 
 
 def test_env_that_raises_timeout_error_is_its_own_error_at_once_not_a_hang():
