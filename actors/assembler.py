@@ -8,19 +8,21 @@ Ownership of row indices cycles FREE -> writing -> FULL -> shipped (``pop_full``
 the data itself never moves.
 
 The fields, their shapes and dtypes, and what each step's values mean: ``protocol.rows.ROW_FIELDS``. The
-assembler keeps one buffer per field, holding the field's poison value until written.
+assembler keeps one buffer per field, holding the field's poison value until written; every buffer is a view of
+one byte block (the pool), and a call's inputs are views of another (``StagedSteps``).
 
-The hot paths are ``numba.njit`` kernels over the arrays; the class only validates and dispatches.
+The hot paths are ``numba.njit`` kernels over those blocks; the class only validates and dispatches. The add
+kernel moves each field as bytes (or 4-byte words) through a table of offsets, so one compiled kernel serves
+every env's layout (no compile per observation shape or dtype) and a call passes it a few arrays, not two per
+field.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numba
 import numpy as np
-from numba import literal_unroll
 
 from actors.prefetch import prefetch_for_write
 from protocol.rows import ROW_FIELDS, RowField, RowLayout
@@ -37,6 +39,12 @@ _CACHE_LINE_BYTES = 64
 """Bytes per cache line (x86-64 and most ARM cores): the step between prefetched addresses."""
 _PREFETCH_AHEAD = 4
 """Steps between the one being copied and the one whose destination is prefetched (ops/bench/assembler_copy.py)."""
+_PREFETCH_MIN_LINES = 2
+"""Values narrower than this many cache lines are copied without prefetching (a scalar's line is one request
+either way)."""
+_ALIGN_BYTES = 64
+"""Each field's place in the pool and in the staged inputs starts on a multiple of this (a cache line: no two
+fields share one, and every dtype's alignment holds)."""
 
 
 @numba.njit(cache=True)
@@ -49,18 +57,25 @@ def _prefetch_value(buffer, row, t, width, line):
 
 @numba.njit(cache=True)
 def _copy_steps(values, buffer, dest, n):
-    """One per-step field of ``n`` steps into ``buffer`` [rows, horizon, width] at ``dest``'s positions."""
+    """One per-step field of ``n`` steps, as bytes or 4-byte words: ``values`` [n, width] into ``buffer``
+    [rows, horizon, width] at ``dest``'s positions."""
     width = buffer.shape[2]
-    if width == 0:  # a field this layout does not have (no masks, no team fields): nothing to write
-        return
-    src = values.reshape((values.shape[0], width))
-    if width == 1:  # scalar fields: no inner loop
+    if width == 1:  # a scalar: no inner loop
         for i in range(n):
-            buffer[dest[i, 0], dest[i, 1], 0] = src[i, 0]
+            buffer[dest[i, 0], dest[i, 1], 0] = values[i, 0]
             if dest[i, 2] >= 0:
-                buffer[dest[i, 2], 0, 0] = src[i, 0]
+                buffer[dest[i, 2], 0, 0] = values[i, 0]
         return
-    line = max(1, _CACHE_LINE_BYTES // buffer.itemsize)  # elements per cache line
+    line = _CACHE_LINE_BYTES // buffer.itemsize  # elements per cache line
+    if width < _PREFETCH_MIN_LINES * line:  # small values: a line or two, nothing worth prefetching
+        for i in range(n):
+            row, t, new = dest[i, 0], dest[i, 1], dest[i, 2]
+            for k in range(width):
+                buffer[row, t, k] = values[i, k]
+            if new >= 0:
+                for k in range(width):
+                    buffer[new, 0, k] = values[i, k]
+        return
     for i in range(min(_PREFETCH_AHEAD, n)):
         _prefetch_value(buffer, dest[i, 0], dest[i, 1], width, line)
     for i in range(n):
@@ -68,42 +83,40 @@ def _copy_steps(values, buffer, dest, n):
             _prefetch_value(buffer, dest[i + _PREFETCH_AHEAD, 0], dest[i + _PREFETCH_AHEAD, 1], width, line)
         row, t, new = dest[i, 0], dest[i, 1], dest[i, 2]
         for k in range(width):
-            buffer[row, t, k] = src[i, k]
+            buffer[row, t, k] = values[i, k]
         if new >= 0:
             for k in range(width):
-                buffer[new, 0, k] = src[i, k]
+                buffer[new, 0, k] = values[i, k]
 
 
 @numba.njit(cache=True)
 def _copy_rows(values, buffer, dest, n):
-    """One per-row field into ``buffer`` [rows, width] for the steps that open a row (position 0 or a new row)."""
+    """One per-row field, as bytes: ``values`` [n, width] into ``buffer`` [rows, width] for the steps that open a row
+    (position 0 or a new row)."""
     width = buffer.shape[1]
-    if width == 0:  # no recurrent state: nothing to write
-        return
-    src = values.reshape((values.shape[0], width))
     for i in range(n):
         if dest[i, 1] == 0:
             for k in range(width):
-                buffer[dest[i, 0], k] = src[i, k]
+                buffer[dest[i, 0], k] = values[i, k]
         if dest[i, 2] >= 0:
             for k in range(width):
-                buffer[dest[i, 2], k] = src[i, k]
+                buffer[dest[i, 2], k] = values[i, k]
 
 
 @numba.njit(cache=True)
-def _add_steps_kernel(agent_ids, stamp, step_pairs, row_pairs, book):
+def _add_steps_kernel(agent_ids, stamp, inputs, table, pool, horizon, ep_indices, ep_lengths, free_ring, full_ring,
+                      rings, row_state, seen, dest):
     """Write steps; return rows completed, or a negative error code with NOTHING modified.
 
-    ``step_pairs``: one (values [n, *value_shape], buffer [rows, horizon, width]) pair per per-step field;
-    ``row_pairs``: one (values [n, *value_shape], buffer [rows, width]) pair per per-row field. Values are
-    C-contiguous in the buffer's dtype; fields of width 0 have no pair (nothing to write). ``book``:
-    the bookkeeping arrays, the last ``dest`` [num_agents, 3], scratch for each step's (row, position, new
-    row or -1).
+    Every field travels as bytes (4-byte words where its width allows), so one compiled kernel serves every
+    layout: ``inputs`` (uint8) holds each field's values of this call's steps, [n, width] from the field's input
+    offset; ``pool`` (uint8) holds each field's buffer, [rows, horizon, width] per step or [rows, width] per row
+    from its pool offset; ``table`` has a row (input offset, width in bytes, pool offset, 1 per step / 0 per row)
+    per field of width > 0. The rest is the bookkeeping,
+    ``dest`` [num_agents, 3] the scratch for each step's (row, position, new row or -1).
     """
-    ep_indices, ep_lengths, free_ring, full_ring, rings, row_state, seen, dest = book
     n = agent_ids.shape[0]
     num_agents = ep_indices.shape[0]
-    horizon = step_pairs[0][1].shape[1]
     num_rows = free_ring.shape[0]
     needed = 0
     for i in range(n):  # validation pass: nothing is written unless the whole call can succeed
@@ -139,10 +152,20 @@ def _add_steps_kernel(agent_ids, stamp, step_pairs, row_pairs, book):
             t = 1
             completed += 1
         ep_lengths[a] = t
-    for pair in literal_unroll(step_pairs):  # numba compiles the loop body once per field type
-        _copy_steps(pair[0], pair[1], dest, n)
-    for row_pair in literal_unroll(row_pairs):
-        _copy_rows(row_pair[0], row_pair[1], dest, n)
+    for f in range(table.shape[0]):
+        at, nbytes, pool_at, per_step = table[f, 0], table[f, 1], table[f, 2], table[f, 3]
+        if per_step and nbytes % 4 == 0:  # 4-byte words (every scalar field but the done flag): one move each
+            words = nbytes // 4
+            _copy_steps(inputs[at:at + n * nbytes].view(np.uint32).reshape((n, words)),
+                        pool[pool_at:pool_at + num_rows * horizon * nbytes].view(np.uint32).reshape(
+                            (num_rows, horizon, words)), dest, n)
+        elif per_step:
+            _copy_steps(inputs[at:at + n * nbytes].reshape((n, nbytes)),
+                        pool[pool_at:pool_at + num_rows * horizon * nbytes].reshape((num_rows, horizon, nbytes)),
+                        dest, n)
+        else:
+            _copy_rows(inputs[at:at + n * nbytes].reshape((n, nbytes)),
+                       pool[pool_at:pool_at + num_rows * nbytes].reshape((num_rows, nbytes)), dest, n)
     return completed
 
 
@@ -186,6 +209,25 @@ SAME_KIND = frozenset({"obs"})
 to end); the others are cast as NumPy casts (float placeholders for integer actions or dones included)."""
 
 
+def _carve(specs: dict[str, tuple[tuple[int, ...], np.dtype, np.generic]]) -> tuple[np.ndarray, dict[str, np.ndarray],
+                                                                                   dict[str, int]]:
+    """One uint8 block holding an array per ``specs`` entry (name -> shape, dtype, fill value), each at an
+    ``_ALIGN_BYTES`` multiple and filled: the block, the arrays (views of it) and each one's byte offset."""
+    offsets, total = {}, 0
+    for name, (shape, dtype, _) in specs.items():
+        offsets[name] = total
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        total += -(-nbytes // _ALIGN_BYTES) * _ALIGN_BYTES
+    block = np.empty(total, dtype=np.uint8)
+    arrays = {}
+    for name, (shape, dtype, fill) in specs.items():
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        array = block[offsets[name]:offsets[name] + nbytes].view(dtype).reshape(shape)
+        array.fill(fill)
+        arrays[name] = array
+    return block, arrays, offsets
+
+
 @dataclass(frozen=True, kw_only=True)
 class _Buffer:
     """One field's buffer, as ``add`` checks its input and the kernel writes it."""
@@ -201,11 +243,9 @@ class _Buffer:
     same_kind: bool
     """Whether an input of another kind of dtype is a TypeError (SAME_KIND)."""
     width: int
-    """Elements in one value."""
-    flat: np.ndarray
-    """The buffer as the kernel sees it: [rows, horizon, width] per step, [rows, width] per row (a view)."""
-    no_input: np.ndarray
-    """The kernel's input when a field of width 0 is left out ([0, 0]: never read)."""
+    """Elements in one value (0: a field this layout does not have, which the kernel skips)."""
+    poison: np.generic
+    """The value the buffer, and a staged input, hold until written."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -216,11 +256,18 @@ class StagedSteps:
     capacity: int
     """Steps one call records at most."""
     arrays: dict[str, np.ndarray]
-    """Field name -> [capacity, *value_shape] in the field's dtype, for every input field of width > 0."""
-    step_pairs: tuple
-    """The kernel's (input, buffer) pairs of the per-step fields, over ``arrays``."""
-    row_pairs: tuple
-    """The kernel's (input, buffer) pairs of the per-row fields, over ``arrays``."""
+    """Field name -> [capacity, *value_shape] in the field's dtype, for every input field of width > 0 (views of
+    ``block``)."""
+    versions: np.ndarray
+    """[capacity, 1] int64: the versions field's input, which ``add_staged`` fills with its version argument."""
+    block: np.ndarray
+    """The uint8 block every input array lives in: the kernel's ``inputs``."""
+    table: np.ndarray
+    """The kernel's field table for this block and its assembler's pool: [fields, 4] int64."""
+    fields: tuple[str, ...]
+    """The field of each of ``table``'s rows."""
+    pool: np.ndarray
+    """The pool of the assembler these inputs are for (its table's pool offsets are that pool's)."""
 
 
 class RowAssembler:
@@ -243,8 +290,12 @@ class RowAssembler:
         self.layout = RowLayout(horizon=horizon, obs_shape=obs_shape, obs_dtype=obs_dtype, action_shape=action_shape,
                                 action_dtype=action_dtype, mask_size=mask_size, state_size=state_size,
                                 team_size=team_size, global_state_size=global_state_size)
-        self.arrays = self.layout.allocate(num_rows)  # field -> buffer, in its wire shape
         self._buffers = tuple(self._buffer(f) for f in ROW_FIELDS)
+        self._pool, arrays, self._pool_offsets = _carve({
+            f.name: ((num_rows, *self.layout.row_shape(f)), self.layout.dtype(f), self.layout.poison(f))
+            for f in ROW_FIELDS})
+        self.arrays = arrays
+        """Field -> every row's buffer, in its wire shape (views of one block, the kernel's pool)."""
         self._inputs = frozenset(f.name for f in ROW_FIELDS) - {VERSIONS}
         R = num_rows
         self.free_ring = np.arange(R, dtype=np.int64)
@@ -258,11 +309,12 @@ class RowAssembler:
         self.rings[_FREE_COUNT] = R - num_agents
         self.row_state[self.ep_indices] = _WRITING
         self._seen = np.full(num_agents, -1, dtype=np.int64)  # duplicate-agent detection scratch
-        self._version_in = np.full((num_agents, 1), -1, dtype=np.int64)  # the kernel's input for VERSIONS
         self._stamp = 0
         dest = np.empty((num_agents, 3), dtype=np.int64)  # the kernel's per-step (row, position, new row)
         self._book = (self.ep_indices, self.ep_lengths, self.free_ring, self.full_ring, self.rings, self.row_state,
                       self._seen, dest)
+        self._add_inputs: StagedSteps | None = None
+        """``add``'s reused inputs (made at its first call, grown when a call brings more steps)."""
 
     @classmethod
     def for_layout(cls, layout: RowLayout, *, num_agents: int, num_rows: int) -> "RowAssembler":
@@ -273,9 +325,9 @@ class RowAssembler:
                    global_state_size=layout.global_state_size)
 
     def warm_up(self) -> None:
-        """Compile the numba kernels for this assembler's fields now (each field's dtype and shape is a kernel
-        specialisation; on a cold cache that takes seconds) on a throwaway two-row assembler of the same layout,
-        so the host's first steps do not wait for the compiler. Leaves this assembler untouched."""
+        """Compile the numba kernels now (on a cold cache that takes seconds; one kernel serves every layout, as it
+        moves bytes) on a throwaway two-row assembler of the same layout, so the host's first steps do not wait for
+        the compiler. Leaves this assembler untouched."""
         spare = RowAssembler.for_layout(self.layout, num_agents=1, num_rows=2)
         agent = np.zeros(1, dtype=np.int64)
         values = {buffer.name: np.zeros((1, *buffer.value_shape), dtype=buffer.dtype)
@@ -287,13 +339,9 @@ class RowAssembler:
 
     def _buffer(self, field: RowField) -> _Buffer:
         value_shape = self.layout.value_shape(field)
-        width = int(np.prod(value_shape, dtype=np.int64))
-        array = self.arrays[field.name]
-        rows = (self.num_rows, self.horizon) if field.per_step else (self.num_rows,)
-        flat = array.reshape(*rows, width)
-        return _Buffer(name=field.name, per_step=field.per_step, value_shape=value_shape, dtype=array.dtype,
-                       same_kind=field.name in SAME_KIND, width=width, flat=flat,
-                       no_input=np.empty((0, 0), dtype=array.dtype))
+        return _Buffer(name=field.name, per_step=field.per_step, value_shape=value_shape,
+                       dtype=self.layout.dtype(field), same_kind=field.name in SAME_KIND,
+                       width=int(np.prod(value_shape, dtype=np.int64)), poison=self.layout.poison(field))
 
     def free_rows(self) -> int:
         """Rows available for agents to move into."""
@@ -311,8 +359,8 @@ class RowAssembler:
                   logprobs: np.ndarray, values: np.ndarray, rewards: np.ndarray, dones: np.ndarray,
                   bootstrap: np.ndarray, version: int, states: np.ndarray | None = None,
                   action_masks: np.ndarray | None = None, **more: np.ndarray) -> int:
-        """:meth:`add` with the fields every env has as positional arguments (GroupStepper's call); ``more``
-        holds any further row field by name."""
+        """:meth:`add` with the fields every env has as positional arguments; ``more`` holds any further row field
+        by name."""
         return self.add(agent_ids, version, obs=obs, actions=actions, logprobs=logprobs, values=values,
                         rewards=rewards, dones=dones, bootstrap=bootstrap, states=states, action_masks=action_masks,
                         **more)
@@ -321,11 +369,15 @@ class RowAssembler:
         """Reused input arrays for ``add_staged`` calls of up to ``capacity`` steps, built and checked once."""
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
-        poison = {f.name: self.layout.poison(f) for f in ROW_FIELDS}
-        arrays = {buffer.name: np.full((capacity, *buffer.value_shape), poison[buffer.name], dtype=buffer.dtype)
-                  for buffer in self._buffers if buffer.width and buffer.name != VERSIONS}
-        step_pairs, row_pairs = self._kernel_pairs(lambda buffer: arrays.get(buffer.name, buffer.no_input))
-        return StagedSteps(capacity=capacity, arrays=arrays, step_pairs=step_pairs, row_pairs=row_pairs)
+        written = [buffer for buffer in self._buffers if buffer.width]
+        block, arrays, offsets = _carve({buffer.name: ((capacity, *buffer.value_shape), buffer.dtype, buffer.poison)
+                                         for buffer in written})
+        table = np.array([(offsets[buffer.name], buffer.width * buffer.dtype.itemsize,
+                           self._pool_offsets[buffer.name], int(buffer.per_step)) for buffer in written],
+                         dtype=np.int64).reshape(-1, 4)
+        versions = arrays.pop(VERSIONS).reshape(capacity, 1)
+        return StagedSteps(capacity=capacity, arrays=arrays, versions=versions, block=block, table=table,
+                           fields=tuple(buffer.name for buffer in written), pool=self._pool)
 
     def add_staged(self, staged: StagedSteps, agent_ids: np.ndarray, version: int) -> int:
         """:meth:`add` of the first ``len(agent_ids)`` values of each of ``staged``'s arrays (from this assembler's
@@ -333,8 +385,22 @@ class RowAssembler:
         (all-or-nothing) as ``add`` with those values."""
         if len(agent_ids) > staged.capacity:
             raise ValueError(f"{len(agent_ids)} steps exceed the staged arrays' {staged.capacity}")
+        if staged.pool is not self._pool:
+            raise ValueError("these staged arrays are another assembler's (stage them with this one)")
         ids = np.ascontiguousarray(agent_ids, dtype=np.int64).reshape(-1)
-        return self._run_kernel(ids, version, staged.step_pairs, staged.row_pairs)
+        if staged.versions[0, 0] != version:  # one value per step, of which the kernel reads the first n
+            staged.versions.fill(version)
+        self._stamp += 1
+        rc = _add_steps_kernel(ids, np.int64(self._stamp), staged.block, staged.table, self._pool, self.horizon,
+                               *self._book)
+        if rc == _ERR_NO_FREE:
+            raise RuntimeError(f"row assembler out of free rows ({self.free_rows()} free, "
+                               f"{self.full_rows()} full); check can_accept() before add_steps()")
+        if rc == _ERR_BAD_AGENT:
+            raise ValueError(f"agent id out of range [0, {self.num_agents})")
+        if rc == _ERR_DUP_AGENT:
+            raise ValueError("agent_ids must be distinct within one add_steps call")
+        return int(rc)
 
     def add(self, agent_ids: np.ndarray, version: int, **fields: np.ndarray | None) -> int:
         """Append one step for each of the distinct ``agent_ids``; return the number of rows completed.
@@ -349,43 +415,18 @@ class RowAssembler:
         kind of dtype) no state is modified.
         """
         ids = np.ascontiguousarray(agent_ids, dtype=np.int64).reshape(-1)
-        step_pairs, row_pairs = self._pairs(len(ids), fields)
-        return self._run_kernel(ids, version, step_pairs, row_pairs)
-
-    def _run_kernel(self, ids: np.ndarray, version: int, step_pairs: tuple, row_pairs: tuple) -> int:
-        """The add kernel on prepared inputs (``version`` fills the versions field); its error codes as
-        exceptions."""
-        if self._version_in[0, 0] != version:  # one row per agent, of which the kernel reads the first n
-            self._version_in.fill(version)
-        self._stamp += 1
-        rc = _add_steps_kernel(ids, np.int64(self._stamp), step_pairs, row_pairs, self._book)
-        if rc == _ERR_NO_FREE:
-            raise RuntimeError(f"row assembler out of free rows ({self.free_rows()} free, "
-                               f"{self.full_rows()} full); check can_accept() before add_steps()")
-        if rc == _ERR_BAD_AGENT:
-            raise ValueError(f"agent id out of range [0, {self.num_agents})")
-        if rc == _ERR_DUP_AGENT:
-            raise ValueError("agent_ids must be distinct within one add_steps call")
-        return int(rc)
-
-    def _pairs(self, n: int, fields: dict[str, np.ndarray | None]) -> tuple[tuple, tuple]:
-        """The kernel's (input, buffer) pairs for ``add``'s ``fields`` of n agents, each checked and converted."""
+        n = len(ids)
         if not fields.keys() <= self._inputs:
             raise ValueError(f"unknown row field(s) {sorted(fields.keys() - self._inputs)}: add() takes the fields "
                              f"of protocol.rows.ROW_FIELDS but {VERSIONS!r}, which its version argument fills")
-        return self._kernel_pairs(lambda buffer: _kernel_input(buffer, fields.get(buffer.name), n))
-
-    def _kernel_pairs(self, input_of: Callable[[_Buffer], np.ndarray]) -> tuple[tuple, tuple]:
-        """The kernel's (input, buffer) pairs of the per-step fields and of the per-row fields: ``input_of`` gives
-        each field's input, but the versions field's, which is this assembler's ``_version_in``."""
-        step_pairs, row_pairs = [], []
-        for buffer in self._buffers:
-            source = self._version_in if buffer.name == VERSIONS else input_of(buffer)  # checks every input
-            # A field of width 0 has nothing to write; without its pair the kernel's dispatcher type-checks two
-            # arrays less (CartPole's step: 6 such fields, 43 -> 34 us per GroupStepper.act of 32 slots).
-            if buffer.width:
-                (step_pairs if buffer.per_step else row_pairs).append((source, buffer.flat))
-        return tuple(step_pairs), tuple(row_pairs)
+        values = {buffer.name: _kernel_input(buffer, fields.get(buffer.name), n)
+                  for buffer in self._buffers if buffer.name != VERSIONS}  # every input checked before any is copied
+        if self._add_inputs is None or self._add_inputs.capacity < n:
+            self._add_inputs = self.stage(max(n, self.num_agents))
+        staged = self._add_inputs
+        for name, array in staged.arrays.items():
+            array[:n] = values[name]
+        return self.add_staged(staged, ids, version)
 
     def pop_full(self, max_rows: int) -> np.ndarray:
         """Remove and return up to ``max_rows`` full row indices (int64), oldest first."""
@@ -413,14 +454,15 @@ class RowAssembler:
 
 
 def _kernel_input(buffer: _Buffer, value: np.ndarray | None, n: int) -> np.ndarray:
-    """``value`` ([n, *value_shape]) checked and made the kernel's input: C-contiguous, in the buffer's dtype."""
+    """``value`` ([n, *value_shape]) checked and converted to the buffer's dtype (a field of width 0: an empty
+    array, never read)."""
     if value is None:
         if buffer.width:
             raise ValueError(f"{buffer.name} shape: missing, expected {(n, *buffer.value_shape)}")
-        return buffer.no_input
+        return np.empty((n, *buffer.value_shape), dtype=buffer.dtype)
     array = np.asarray(value)
     if array.shape[1:] != buffer.value_shape or array.ndim == 0 or len(array) != n:
         raise ValueError(f"{buffer.name} shape {array.shape} != {(n, *buffer.value_shape)}")
     if buffer.same_kind and not np.can_cast(array.dtype, buffer.dtype, casting="same_kind"):
         raise TypeError(f"{buffer.name} dtype {array.dtype} cannot be stored as {buffer.dtype}")
-    return np.ascontiguousarray(array, dtype=buffer.dtype)
+    return np.asarray(array, dtype=buffer.dtype)

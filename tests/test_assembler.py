@@ -227,6 +227,25 @@ def test_poison_and_numba_compiled() -> None:
         assert len(kernel.signatures) > 0
 
 
+def test_one_compiled_add_kernel_serves_every_layout() -> None:
+    """Fields move as bytes through the offset table: layouts of other shapes, dtypes, states and masks add no
+    compiled specialisation (a new env compiles nothing at its host's start)."""
+    for obs_shape, obs_dtype, state_size, mask_size in (((3,), "float64", 0, 0), ((2, 3, 3), "uint8", 4, 0),
+                                                        ((5,), "int16", 0, 7), ((1,), "bool", 2, 3)):
+        asm = RowAssembler(num_agents=2, num_rows=4, horizon=2, obs_shape=obs_shape, obs_dtype=obs_dtype,
+                           state_size=state_size, mask_size=mask_size, action_shape=(2,))
+        asm.warm_up()
+        staged = asm.stage(2)
+        asm.add_staged(staged, np.array([1, 0]), 3)
+    assert len(asm_mod._add_steps_kernel.signatures) == 1
+
+
+def test_staged_inputs_of_another_assembler_are_refused() -> None:
+    asm, other = small(), small()
+    with pytest.raises(ValueError, match="another assembler's"):
+        asm.add_staged(other.stage(2), np.array([0]), 0)
+
+
 def fill_staged(staged, values: dict[str, np.ndarray]) -> None:
     for name, value in values.items():
         staged.arrays[name][:len(value)] = value
@@ -303,6 +322,50 @@ def test_prefetch_is_a_compiled_hint_that_changes_nothing() -> None:
         np.testing.assert_array_equal(buffer, before)
     with pytest.raises(numba.TypingError):  # 3-d arrays only: a 2-d one is a compile-time error, not a stray read
         touch(np.zeros((2, 2)), np.array([0]))
+
+
+def test_rows_with_states_masks_and_action_vectors_match_reference() -> None:
+    """Every field of a layout with a recurrent state (per row: the state before the row's first step), action masks
+    and multi-component actions, against the plain-Python reference, through the one byte-moving kernel."""
+    rng = np.random.default_rng(11)
+    num_agents, horizon = 5, 4
+    asm = RowAssembler(num_agents=num_agents, num_rows=14, horizon=horizon, obs_shape=(3, 2), obs_dtype="float64",
+                       state_size=3, action_shape=(2,), mask_size=5)
+    ref = RefAssembler(num_agents, 14, horizon)
+    expected_states: dict[int, np.ndarray] = {}  # row -> the state it was opened with
+    for call in range(120):
+        agents = [int(a) for a in rng.permutation(num_agents)[:int(rng.integers(1, num_agents + 1))]]
+        if ref.needed(agents) > len(ref.free):
+            for row, _, _ in ref.pop(len(ref.full)):
+                asm.release(asm.pop_full(1))
+                ref.release([row])
+        steps = make_steps(rng, len(agents), (3, 2), "float64")
+        for step in steps:
+            step.update(actions=rng.integers(0, 7, 2).astype(np.int32),
+                        action_masks=rng.integers(0, 2, 5).astype(np.uint8),
+                        states=rng.standard_normal(3).astype(np.float32))
+        rows_before = {a: ref.row_of[a] for a in agents}
+        lengths_before = {a: len(ref.steps[a]) for a in agents}
+        arrays = {f: np.stack([np.asarray(s[f]) for s in steps]) for f in (*FIELDS, "action_masks", "states")}
+        assert asm.add(np.array(agents), call, **arrays) == ref.add(agents, steps, call)
+        for a, step in zip(agents, steps):  # a row keeps the state of the step that opens it
+            if lengths_before[a] == 0:
+                expected_states[rows_before[a]] = step["states"]
+            if lengths_before[a] == horizon - 1:
+                expected_states[ref.row_of[a]] = step["states"]
+        if rng.random() < 0.5:
+            expected = ref.pop(2)
+            got = asm.pop_full(2)
+            g = asm.gather(got)
+            assert got.tolist() == [row for row, _, _ in expected]
+            for j, (row, row_steps, version) in enumerate(expected):
+                assert g["versions"][j] == version
+                np.testing.assert_array_equal(g["states"][j], expected_states[row])
+                for f in (*FIELDS, "action_masks"):
+                    want = np.stack([np.asarray(s[f]) for s in row_steps]).astype(g[f].dtype)
+                    np.testing.assert_array_equal(g[f][j], want, err_msg=f)
+            asm.release(got)
+            ref.release(got.tolist())
 
 
 @pytest.mark.parametrize("obs_dtype", OBS_DTYPES)

@@ -196,6 +196,13 @@ def test_opponent_inference_bench_times_separate_and_batched_passes() -> None:
                                                 "batched_restacking_ms", "speedup"))
 
 
+def test_assembler_layouts_bench_times_cold_and_warm_warm_ups_and_calls() -> None:
+    records = run_bench("assembler_layouts", "--agents", "4", "--calls", "5", "--rounds", "1")
+    assert [(r["cache"], r["layout_index"]) for r in records] == [(c, i) for c in ("cold", "warm") for i in range(4)]
+    assert all(r["warm_up_s"] >= 0 and r["machine"] for r in records)
+    assert all(r["us_per_call_1_agent"] > 0 and r["us_per_call_4_agents"] > 0 for r in records if r["cache"] == "warm")
+
+
 def test_spread_steps_bench_times_the_native_port_and_mpe2() -> None:
     records = run_bench("spread_steps", "--envs", "8", "--seconds", "0.2")
     assert [r["side"] for r in records] == ["native numba", "mpe2 simple_spread_v3"]

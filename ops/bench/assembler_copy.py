@@ -225,13 +225,18 @@ def profile(layout: dict, inputs: list[dict], seconds: float) -> list[dict]:
         asm = new_assembler(layout)
         prepared = []
         for src in inputs:  # what add() hands the kernel, without its checks and conversions
-            step_pairs, row_pairs = asm._pairs(n, src)
-            prepared.append((tuple(p for name, p in zip(names, step_pairs) if keep(name)), row_pairs))
+            staged = asm.stage(n)
+            for name, array in staged.arrays.items():
+                if name in src:  # the per-row fields keep their poison (not timed apart)
+                    array[:] = src[name]
+            rows = [k for k, name in enumerate(staged.fields) if name not in names or keep(name)]
+            prepared.append((staged.block, staged.table[rows]))
 
         def kernel_call(c: int, asm: RowAssembler = asm, prepared: list = prepared) -> None:
-            step_pairs, row_pairs = prepared[c % SOURCES]
+            block, table = prepared[c % SOURCES]
             asm._stamp += 1
-            rc = _add_steps_kernel(batches[c % len(batches)], np.int64(asm._stamp), step_pairs, row_pairs, asm._book)
+            rc = _add_steps_kernel(batches[c % len(batches)], np.int64(asm._stamp), block, table, asm._pool,
+                                   asm.horizon, *asm._book)
             assert rc >= 0, rc
 
         kernel_call(0)
