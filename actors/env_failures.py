@@ -5,8 +5,9 @@ own exception and the innermost frame of its traceback, i.e. the user's file and
 host with the ENV_RESTARTED or FATAL status. The host logs it, forwards the latest one to the learner with
 its next heartbeat, and on FATAL raises ``EnvFailure`` with it. An env that writes NaN or inf into what the
 host would record (``check_finite``, right after each step and reset in the worker) fails the same way, as
-``NonFiniteOutput``; so does a step that outlives ``env.step_timeout_s`` (``STEP_TIMEOUT``, reported by the
-host's watchdog in ``actors/worker_pool.py``).
+``NonFiniteOutput``; so does a step that outlives ``env.step_timeout_s`` (``STEP_TIMEOUT``) and a worker that has
+not built and reset its envs by ``env.build_timeout_s`` (``BUILD_TIMEOUT``), both reported by the host's watchdogs in
+``actors/worker_pool.py``.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ MAX_MESSAGE_CHARS = 2000
 NON_FINITE = "NonFiniteOutput"
 """Error type of a report on an env that wrote NaN or inf."""
 STEP_TIMEOUT = "StepTimeout"
-"""Error type of a report on a worker the host's watchdog killed (stuck in a step, or stopped)."""
+"""Error type of a report on a worker the host's step watchdog killed (stuck in a step, or stopped)."""
+BUILD_TIMEOUT = "BuildTimeout"
+"""Error type of a report on a worker the host's build watchdog killed (its envs not built and reset in time)."""
 
 
 class NonFiniteOutput(RuntimeError):

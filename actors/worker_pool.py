@@ -37,7 +37,7 @@ import multiprocess as mp
 import numpy as np
 import zmq
 
-from actors.env_failures import NON_FINITE, STEP_TIMEOUT, EnvErrorReport, EnvFailure
+from actors.env_failures import BUILD_TIMEOUT, NON_FINITE, STEP_TIMEOUT, EnvErrorReport, EnvFailure
 from actors.rows_report import RowsReport
 from actors.shm import segment_name
 from actors.slot_layout import GroupView, SlotLayout
@@ -324,28 +324,30 @@ class WorkerPool:
         for w in np.flatnonzero(waited > self.step_timeout_s).tolist():
             group = int(np.argmin(self.woken_at[w]))
             self._kill_stuck(w, report, busy="busy in env step", waited_s=float(waited[w]), watchdog="step watchdog",
+                             error_type=STEP_TIMEOUT,
                              what=f"env worker {w} (env '{env_label(self.workers[w].spec.env)}', group {group}) "
                                   f"stuck: no answer for {waited[w]:.1f} s (env.step_timeout_s "
                                   f"{self.step_timeout_s:g})")
         building = now - self.building_since
         for w in np.flatnonzero(building > self.build_timeout_s).tolist():
             self._kill_stuck(w, report, busy="busy building its envs", waited_s=float(building[w]),
-                             watchdog="build watchdog",
+                             watchdog="build watchdog", error_type=BUILD_TIMEOUT,
                              what=f"env worker {w} (env '{env_label(self.workers[w].spec.env)}') did not build and "
                                   f"reset its envs in {building[w]:.1f} s (env.build_timeout_s "
                                   f"{self.build_timeout_s:g})")
 
-    def _kill_stuck(self, w: int, report: RowsReport, *, busy: str, waited_s: float, watchdog: str,
+    def _kill_stuck(self, w: int, report: RowsReport, *, busy: str, waited_s: float, watchdog: str, error_type: str,
                     what: str) -> None:
         """Worker ``w`` is past a deadline (``what`` says which): unless its answer just came in, one line naming
-        its state (``busy`` when it is neither stopped nor traced), an env error, SIGKILL, and a burial."""
+        its state (``busy`` when it is neither stopped nor traced), an env error of ``error_type``, SIGKILL, and a
+        burial."""
         worker = self.workers[w]
         if worker.channel is None or worker.channel.answer_waiting():  # buried already, or its answer just came in
             return
         state = process_state(worker.process.pid, busy=busy)
         line = f"{what}, {state}; killing and respawning it"
         LOG.warning("%s", line)
-        self.last_env_error = EnvErrorReport(message=line, error_type=STEP_TIMEOUT, location="")
+        self.last_env_error = EnvErrorReport(message=line, error_type=error_type, location="")
         report.env_restarts += 1
         self.env_restarts += 1
         worker.process.kill()  # SIGKILL ends a stopped process too

@@ -19,7 +19,7 @@ import pytest
 import zmq
 
 from actors.assembler import RowAssembler
-from actors.env_failures import NON_FINITE, STEP_TIMEOUT, EnvFailure, NonFiniteOutput, check_finite
+from actors.env_failures import BUILD_TIMEOUT, NON_FINITE, STEP_TIMEOUT, EnvFailure, NonFiniteOutput, check_finite
 from actors.null_policy import NullInference
 from actors.recurrent_state import AgentStates
 from actors.rows_report import RowsReport
@@ -134,7 +134,7 @@ def test_a_worker_that_hangs_building_its_envs_is_killed_and_respawned_by_the_bu
     assert re.fullmatch(r"env worker 0 \(env 'native:tests\.faulty_envs:HangsInBuild'\) did not build and reset its "
                         r"envs in \d+\.\d s \(env\.build_timeout_s 1\), busy building its envs; killing and "
                         r"respawning it", lines[0]), lines[0]
-    assert error.error_type == STEP_TIMEOUT and error.message == lines[0]
+    assert error.error_type == BUILD_TIMEOUT and error.message == lines[0]
     assert shm_segments(os.getpid()) == []
 
 
