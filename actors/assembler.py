@@ -67,19 +67,12 @@ def _copy_steps(values, buffer, dest, n):
                 buffer[dest[i, 2], 0, 0] = values[i, 0]
         return
     line = _CACHE_LINE_BYTES // buffer.itemsize  # elements per cache line
-    if width < _PREFETCH_MIN_LINES * line:  # small values: a line or two, nothing worth prefetching
-        for i in range(n):
-            row, t, new = dest[i, 0], dest[i, 1], dest[i, 2]
-            for k in range(width):
-                buffer[row, t, k] = values[i, k]
-            if new >= 0:
-                for k in range(width):
-                    buffer[new, 0, k] = values[i, k]
-        return
-    for i in range(min(_PREFETCH_AHEAD, n)):
-        _prefetch_value(buffer, dest[i, 0], dest[i, 1], width, line)
+    prefetch = width >= _PREFETCH_MIN_LINES * line  # a value of a line or two gains nothing from it
+    if prefetch:
+        for i in range(min(_PREFETCH_AHEAD, n)):
+            _prefetch_value(buffer, dest[i, 0], dest[i, 1], width, line)
     for i in range(n):
-        if i + _PREFETCH_AHEAD < n:  # the rows are scattered: ask for a later step's lines while this one copies
+        if prefetch and i + _PREFETCH_AHEAD < n:  # the rows are scattered: ask for a later step's lines meanwhile
             _prefetch_value(buffer, dest[i + _PREFETCH_AHEAD, 0], dest[i + _PREFETCH_AHEAD, 1], width, line)
         row, t, new = dest[i, 0], dest[i, 1], dest[i, 2]
         for k in range(width):
