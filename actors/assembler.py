@@ -206,16 +206,14 @@ def _carve(specs: dict[str, tuple[tuple[int, ...], np.dtype, np.generic]]) -> tu
                                                                                    dict[str, int]]:
     """One uint8 block holding an array per ``specs`` entry (name -> shape, dtype, fill value), each at an
     ``_ALIGN_BYTES`` multiple and filled: the block, the arrays (views of it) and each one's byte offset."""
-    offsets, total = {}, 0
+    offsets, sizes, total = {}, {}, 0
     for name, (shape, dtype, _) in specs.items():
-        offsets[name] = total
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        total += -(-nbytes // _ALIGN_BYTES) * _ALIGN_BYTES
+        offsets[name], sizes[name] = total, int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        total += -(-sizes[name] // _ALIGN_BYTES) * _ALIGN_BYTES
     block = np.empty(total, dtype=np.uint8)
     arrays = {}
     for name, (shape, dtype, fill) in specs.items():
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        array = block[offsets[name]:offsets[name] + nbytes].view(dtype).reshape(shape)
+        array = block[offsets[name]:offsets[name] + sizes[name]].view(dtype).reshape(shape)
         array.fill(fill)
         arrays[name] = array
     return block, arrays, offsets
@@ -412,8 +410,9 @@ class RowAssembler:
         if not fields.keys() <= self._inputs:
             raise ValueError(f"unknown row field(s) {sorted(fields.keys() - self._inputs)}: add() takes the fields "
                              f"of protocol.rows.ROW_FIELDS but {VERSIONS!r}, which its version argument fills")
-        values = {buffer.name: _kernel_input(buffer, fields.get(buffer.name), n)
-                  for buffer in self._buffers if buffer.name != VERSIONS}  # every input checked before any is copied
+        values = {buffer.name: _kernel_input(buffer, fields.get(buffer.name), n)  # all checked before any is copied
+                  for buffer in self._buffers
+                  if buffer.name != VERSIONS and (buffer.width or fields.get(buffer.name) is not None)}
         if self._add_inputs is None or self._add_inputs.capacity < n:
             self._add_inputs = self.stage(max(n, self.num_agents))
         staged = self._add_inputs
@@ -447,12 +446,9 @@ class RowAssembler:
 
 
 def _kernel_input(buffer: _Buffer, value: np.ndarray | None, n: int) -> np.ndarray:
-    """``value`` ([n, *value_shape]) checked and converted to the buffer's dtype (a field of width 0: an empty
-    array, never read)."""
+    """``value`` ([n, *value_shape]) checked and converted to the buffer's dtype."""
     if value is None:
-        if buffer.width:
-            raise ValueError(f"{buffer.name} shape: missing, expected {(n, *buffer.value_shape)}")
-        return np.empty((n, *buffer.value_shape), dtype=buffer.dtype)
+        raise ValueError(f"{buffer.name} shape: missing, expected {(n, *buffer.value_shape)}")
     array = np.asarray(value)
     if array.shape[1:] != buffer.value_shape or array.ndim == 0 or len(array) != n:
         raise ValueError(f"{buffer.name} shape {array.shape} != {(n, *buffer.value_shape)}")
