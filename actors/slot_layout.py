@@ -30,6 +30,8 @@ class GroupView:
     """The group's own slots: ``slots`` restricted to ``slot_ids`` (views)."""
     slot_ids: np.ndarray
     """[slots_per_group] int64 host-wide agent slot ids of the group's slots, in buffer order."""
+    first_slot: int
+    """The host-wide id of the group's first slot (``slot_ids[0]``; the rest follow it)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -98,7 +100,7 @@ class SlotLayout:
         start = self.first_slot(worker, group)
         return GroupView(worker=worker, group=group, slots=slots,
                          buffers=slots.part(slice(start, start + self.slots_per_group)),
-                         slot_ids=np.arange(start, start + self.slots_per_group, dtype=np.int64))
+                         slot_ids=np.arange(start, start + self.slots_per_group, dtype=np.int64), first_slot=start)
 
     def group_views(self, slots: StepBuffers) -> tuple[GroupView, ...]:
         """Every group of the host within ``slots``, worker by worker."""

@@ -51,8 +51,8 @@ class GroupStepper:
         env_spec, opponents = self.env_spec, self.opponents
         self.staged = self.assembler.stage(self.layout.total_slots)
         """The assembler's reused inputs, which each step fills in place (checked once, here)."""
-        self.batch = StepBatch(self.layout.total_slots, None if opponents is None else opponents.learner_slots,
-                               outputs=self.staged.arrays)
+        self.batch = StepBatch(self.layout.total_slots, self.layout.slots_per_group,
+                               None if opponents is None else opponents.learner_slots, outputs=self.staged.arrays)
         """The reused arrays of one inference step's batch (any of the host's groups, each at most once)."""
         self._obs = self.staged.arrays["obs"]
         self._masks = self.staged.arrays.get("action_masks")
@@ -72,25 +72,23 @@ class GroupStepper:
         workers, then record the steps (from copies: the workers step meanwhile).
 
         The groups' slots are read and written by slot id in the host's StepBuffers (``GroupView.slots``): one
-        compiled pass sorts them (``StepBatch.scan``), one copy gathers the observations the policy reads."""
+        compiled pass sorts them and copies what the policy and the assembler read (``StepBatch.scan``)."""
         started = time.perf_counter()
         slots = groups[0].slots
-        ids = groups[0].slot_ids if len(groups) == 1 else np.concatenate([view.slot_ids for view in groups])
-        batch = self.batch.scan(ids, slots)
-        if len(batch.ended):
+        batch = self.batch.scan(groups)
+        ids, agent_ids = batch.ids, batch.agent_ids
+        if batch.any_ended:
             self._episode_stats(batch.ended, slots, report)
-        agent_ids = ids if batch.all_chosen else ids[batch.chosen]
         n = len(agent_ids)
-        obs = np.take(slots.obs, agent_ids, axis=0, out=self._obs[:n], mode="clip")  # ids are valid slot ids
-        masks = (None if self._masks is None
-                 else np.take(slots.action_mask, agent_ids, axis=0, out=self._masks[:n], mode="clip"))
+        obs = self._obs[:n]
+        masks = None if self._masks is None else self._masks[:n]
         bootstrap = self.batch.bootstrap[:n]
         bootstrap.fill(0.0)
-        if len(batch.truncated_at):  # V(final obs) from the state the agent had before its episode ended
+        if batch.any_truncated:  # V(final obs) from the state the agent had before its episode ended
             truncated_ids = agent_ids[batch.truncated_at]
             bootstrap[batch.truncated_at] = self.inference.values(slots.final_obs[truncated_ids],
                                                                   self.states.read(truncated_ids))
-        if len(batch.reset):
+        if batch.any_reset:
             self.states.reset(batch.reset)  # obs is the first of a new episode there
         state_in = self.states.read(agent_ids, out=None if self._states is None else self._states[:n])
         decide_started = time.perf_counter()
@@ -105,7 +103,7 @@ class GroupStepper:
         else:  # inactive slots get a zero action, which their env ignores
             slots.actions[ids] = 0
             slots.actions[agent_ids] = decisions.actions
-            if len(batch.theirs):  # opponent seats act through their snapshots and are never recorded
+            if batch.any_theirs:  # opponent seats act through their snapshots and are never recorded
                 their_ids = ids[batch.theirs]
                 their_masks = slots.action_mask[their_ids] if self.env_spec.mask_size else None
                 slots.actions[their_ids] = self.opponents.act(their_ids, slots.obs[their_ids], their_masks)

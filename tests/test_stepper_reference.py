@@ -137,5 +137,40 @@ def test_compiled_batch_pass_matches_the_per_group_reference_bit_for_bit(policy:
 def test_group_views_need_the_whole_hosts_slots_and_a_batch_fits_its_step_batch() -> None:
     with pytest.raises(ValueError, match="group_view takes the StepBuffers of all 48 slots of the host, got 8"):
         LAYOUT.group_view(0, 0, StepBuffers.allocate(SPEC, 4))
-    with pytest.raises(ValueError, match="a batch of 9 slots exceeds this StepBatch's 8"):
-        StepBatch(8).scan(np.arange(9, dtype=np.int64), StepBuffers.allocate(SPEC, LAYOUT.total_envs))
+    views = LAYOUT.group_views(StepBuffers.allocate(SPEC, LAYOUT.total_envs))
+    outputs = {"obs": np.zeros((8, *SPEC.obs_shape), dtype=np.float32),
+               "action_masks": np.zeros((8, SPEC.mask_size), dtype=np.uint8)}
+    with pytest.raises(ValueError, match="a batch of 16 slots exceeds this StepBatch's 8"):
+        StepBatch(8, LAYOUT.slots_per_group, outputs=outputs).scan(views[:2])
+    narrow = {**outputs, "obs": np.zeros((8, 3), dtype=np.float32)}
+    with pytest.raises(ValueError, match=r"the slots' observations \(24 bytes\) and masks \(5\) do not match "
+                                         r"this StepBatch's \(12, 5\)"):
+        StepBatch(8, LAYOUT.slots_per_group, outputs=narrow).scan(views[:1])
+
+
+@pytest.mark.parametrize("obs_dtype", ["uint8", "float64", "bool"])
+def test_scan_copies_any_observation_dtype_and_no_masks_as_numpy_indexing_would(obs_dtype: str) -> None:
+    spec = EnvSpec(num_agents=1, obs_shape=(5, 7), obs_dtype=obs_dtype, action=ActionSpace.discrete(3))
+    layout = SlotLayout(workers=2, groups=2, envs_per_group=6, agents_per_env=1)
+    slots = StepBuffers.allocate(spec, layout.total_envs)
+    rng = np.random.default_rng(4)
+    slots.obs[:] = (rng.standard_normal(slots.obs.shape) * 50).astype(obs_dtype)
+    slots.rewards[:] = rng.standard_normal(layout.total_slots)
+    slots.active[:] = rng.random(layout.total_slots) < 0.7
+    slots.terminated[:] = rng.random(layout.total_slots) < 0.3
+    capacity = layout.total_slots
+    outputs = {"obs": np.full((capacity, 5, 7), 7, dtype=obs_dtype)}
+    batch = StepBatch(capacity, layout.slots_per_group, outputs=outputs)
+    views = layout.group_views(slots)
+    scanned = batch.scan([views[3], views[0]])
+    ids = np.concatenate([views[3].slot_ids, views[0].slot_ids])
+    chosen = np.flatnonzero(slots.active[ids])
+    np.testing.assert_array_equal(scanned.ids, ids)
+    np.testing.assert_array_equal(scanned.chosen, chosen)
+    np.testing.assert_array_equal(scanned.agent_ids, ids[chosen])
+    np.testing.assert_array_equal(outputs["obs"][:len(chosen)], slots.obs[ids[chosen]])
+    assert (outputs["obs"][len(chosen):] == np.array(7, dtype=obs_dtype)).all()  # nothing past the batch written
+    np.testing.assert_array_equal(batch.rewards[:len(chosen)], slots.rewards[ids[chosen]])
+    np.testing.assert_array_equal(batch.dones[:len(chosen)], slots.terminated[ids[chosen]])
+    np.testing.assert_array_equal(scanned.reset, ids[chosen][slots.terminated[ids[chosen]]])
+    assert batch.masks.shape == (capacity, 0) and not scanned.any_theirs

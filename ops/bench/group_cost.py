@@ -6,7 +6,7 @@ splits it:
 * ``act``: ``GroupStepper.act`` on one group (or ``--groups-per-call``), in this process, on buffers laid out as an
   actor host of the config lays them out (``ops.bench.assembler_copy.host_layout``), with the null policy (or
   ``--policy model``: the config's policy with its initial weights, on ``run.torch_threads`` threads of torch and
-  of BLAS, as a host runs it) and no worker: the scan of the slots' flags, the observations' copy, the policy's
+  of BLAS, as a host runs it) and no worker: the scan of the slots' flags with the observations' copy, the policy's
   draw, the actions' write and the row assembler's kernel. Every slot is active and observes zeros; no episode
   ends. Full rows are popped and released untimed. The record splits out ``decide_us_per_call``, the policy's share
   (the forward pass and the draw), and gives ``cpu_us_per_call``, the process's CPU (all its threads) per call.
