@@ -9,6 +9,7 @@ import math
 import socket
 import subprocess
 import sys
+import time
 import urllib.request
 
 import numpy as np
@@ -155,7 +156,7 @@ def test_an_update_sets_the_algorithm_gauges_and_skips_non_finite_values():
 
 def test_host_metrics_follow_shipped_reports_and_keep_restarts_across_a_rebuild():
     registry = new_registry("actor_host")
-    metrics = HostMetrics(registry)
+    metrics = HostMetrics(registry, count_steps_every_s=0.0)
     assert ("sluice_actor_policy_version", ()) not in samples(registry)  # no host attached yet
     metrics.attach(lambda: HostView(policy_version=3, workers=2, worker_restarts=1, rows_waiting=4, ready_groups=0))
     report = RowsReport(env_steps=100, agent_steps=200, env_restarts=1, returns=[1.0, 2.0], worker_wait_s=0.5,
@@ -186,15 +187,18 @@ def test_a_taken_report_keeps_what_was_counted_while_the_host_counts_afresh():
     assert (report.env_steps, report.returns, report.stats, report.worker_wait_s) == (1, [3.0], {"score": [4.0]}, 0.0)
 
 
-def test_host_metrics_count_inference_steps_by_the_message_or_once_their_array_is_full():
+def test_host_metrics_count_inference_steps_with_a_message_a_while_after_the_last_count_or_once_their_array_is_full():
     registry = new_registry("actor_host")
-    metrics = HostMetrics(registry)
+    metrics = HostMetrics(registry, count_steps_every_s=0.2)
     steps = np.random.default_rng(0).random(PENDING_STEPS + 5)
     for k, step_s in enumerate(steps):
         metrics.step_timed(step_s=float(step_s), forward_s=float(step_s) / 2, agents=k % 100)
     got = samples(registry)
     assert got[("sluice_actor_inference_step_seconds_count", ())] == PENDING_STEPS  # the full array, counted
     np.testing.assert_allclose(got[("sluice_actor_inference_step_seconds_sum", ())], steps[:PENDING_STEPS].sum())
+    metrics.rows_shipped(RowsReport(), rows=1, nbytes=10)  # right after the full array's count: the rest wait
+    assert samples(registry)[("sluice_actor_forward_pass_seconds_count", ())] == PENDING_STEPS
+    time.sleep(0.25)
     metrics.rows_shipped(RowsReport(), rows=1, nbytes=10)
     got = samples(registry)
     assert got[("sluice_actor_forward_pass_seconds_count", ())] == PENDING_STEPS + 5
