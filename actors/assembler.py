@@ -25,6 +25,7 @@ import numba
 import numpy as np
 
 from actors.prefetch import prefetch_for_write
+from protocol.framing import PackedArrays, dtype_name, pack_arrays
 from protocol.rows import ROW_FIELDS, RowField, RowLayout
 
 # Ring bookkeeping lives in one int64[4] array so kernels can update it in place.
@@ -443,6 +444,15 @@ class RowAssembler:
         """Copies of every field for ``rows``, in ROWS message order and wire shapes."""
         r = np.asarray(rows, dtype=np.int64).reshape(-1)
         return {name: array[r] for name, array in self.arrays.items()}
+
+    def gather_packed(self, rows: np.ndarray) -> PackedArrays:
+        """What ``gather`` returns, laid out in one fresh buffer as a packed ROWS message carries it."""
+        r = np.asarray(rows, dtype=np.int64).reshape(-1)
+        packed = pack_arrays([(name, dtype_name(array.dtype), (len(r), *array.shape[1:]))
+                              for name, array in self.arrays.items()])
+        for name, array in self.arrays.items():
+            np.take(array, r, axis=0, out=packed.arrays[name])
+        return packed
 
 
 def _kernel_input(buffer: _Buffer, value: np.ndarray | None, n: int) -> np.ndarray:

@@ -28,7 +28,7 @@ from actors.stop_flag import StopFlag
 from actors.worker_pool import WorkerPool
 from configs.schema import NetworkSection
 from envs.rows import MessageSizing
-from protocol import Message, MessageType
+from protocol import Message, MessageType, PackedArrays
 
 LOG = logging.getLogger("sluice.actors")
 POLL_MS = 20
@@ -78,6 +78,8 @@ class UnsentRows:
     """The report its fields came from (the host metrics count it when it goes out)."""
     rows: int
     """Rows it carries."""
+    packed: PackedArrays | None
+    """The one buffer its arrays are views of, sent as one frame (None: one frame per array)."""
 
 
 @dataclass(kw_only=True)
@@ -282,11 +284,12 @@ class ActorHost:
             report.worker_wait_s += wait_s
             report.worker_step_s += step_s
             rows = self.assembler.pop_full(rows_per_message)
-            arrays = self.assembler.gather(rows)
+            packed = self.assembler.gather_packed(rows) if self.link.packed_rows else None
+            arrays = self.assembler.gather(rows) if packed is None else packed.arrays
             self.assembler.release(rows)
             message = Message(type=MessageType.ROWS, sender=self.link.name, version=self.inference.version,
                               fields=report.fields(len(rows)), arrays=arrays)
-            self.state.unsent = UnsentRows(message=message, report=report.take(), rows=len(rows))
+            self.state.unsent = UnsentRows(message=message, report=report.take(), rows=len(rows), packed=packed)
             self.state.last_flush = now
 
     def _send_unsent(self) -> bool:
@@ -294,7 +297,7 @@ class ActorHost:
         unsent = self.state.unsent
         if unsent is None:
             return True
-        nbytes = self.link.send_rows(unsent.message)
+        nbytes = self.link.send_rows(unsent.message, unsent.packed)
         if nbytes is None:
             self.metrics.send_blocked.inc()
             return False

@@ -22,7 +22,7 @@ import numpy as np
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from protocol import Limits, Message, MessageType, ProtocolError, decode, encode
+from protocol import Limits, Message, MessageType, PackedArrays, ProtocolError, decode, encode
 from protocol.curve import ClientCurve
 from protocol.endpoints import Endpoint, parse_endpoint
 from protocol.same_machine import ipc_routes, machine_identity
@@ -73,6 +73,8 @@ class Registration:
     ipc_routes: dict[str, str] = dataclasses.field(default_factory=dict)
     """Data endpoints as announced -> the ipc endpoint this host reaches the same socket at (the learner's rank on
     this machine and network namespace: protocol/same_machine.py); the others are reached over TCP."""
+    packed_rows: bool = False
+    """The learner reads ROWS messages with every array in one frame (REGISTERED's ``packed_rows``)."""
 
 
 MAX_DATA_ENDPOINTS = 1024
@@ -151,6 +153,8 @@ class LearnerLink:
         self.context = zmq.Context()
         self.control = self._control_socket()
         self.data: zmq.Socket | None = None
+        self.packed_rows = False
+        """Whether ROWS go packed (every array in one frame): the learner said it reads them (set per registration)."""
         self.weights: zmq.Socket | None = None
         self.seq = 0
         self.name = f"{socket.gethostname()}:{os.getpid()}-{secrets.token_hex(2)}"
@@ -340,7 +344,8 @@ class LearnerLink:
                             data_port=data_endpoint.port, weights_port=weights_port, token=self.token,
                             data_endpoints=read_data_endpoints(fields.get("data_endpoints")) or (),
                             data_endpoint=data_endpoint.url,
-                            ipc_routes=ipc_routes(fields.get("data_ipc"), machine=machine_identity()))
+                            ipc_routes=ipc_routes(fields.get("data_ipc"), machine=machine_identity()),
+                            packed_rows=fields.get("packed_rows", False))
 
     def open_streams(self, registration: Registration, *, hwm: int, buffer_bytes: int) -> None:
         """Connect the data and weights sockets to the ports the learner advertised; the data socket over ipc:// to
@@ -354,6 +359,7 @@ class LearnerLink:
         self.data.setsockopt(zmq.IMMEDIATE, 1)
         self.data_routes: tuple[str, ...] = ()
         self.ipc_routes = dict(registration.ipc_routes)
+        self.packed_rows = registration.packed_rows
         if registration.data_endpoints:
             self.route_data(registration.data_endpoints)
             over_ipc = [self.ipc_routes[url] for url in registration.data_endpoints if url in self.ipc_routes]
@@ -416,16 +422,17 @@ class LearnerLink:
         """True when the data socket will take a message without blocking."""
         return self.data is not None and bool(self.data.poll(0, zmq.POLLOUT))
 
-    def send_rows(self, message: Message) -> int | None:
+    def send_rows(self, message: Message, packed: PackedArrays | None = None) -> int | None:
         """Queue one ROWS message, with this registration's token in its fields; returns its size in bytes, or None
-        when the data socket took nothing (no learner rank connected, or every one's queue full).
+        when the data socket took nothing (no learner rank connected, or every one's queue full). ``packed``: the
+        buffer the message's arrays are views of, sent as one frame when the learner reads packed rows.
 
         Never blocks: a rank that stops between ``can_send_rows`` and this call leaves a socket with no peer, and a
         blocking send would wait for one forever (deaf to SIGTERM, which only sets the stop flag)."""
         assert self.data is not None
         if self.token is not None:
             message = dataclasses.replace(message, fields={**message.fields, "token": self.token})
-        return send_nonblocking(self.data, encode(message))
+        return send_nonblocking(self.data, encode(message, packed=packed if self.packed_rows else None))
 
     def close_streams(self) -> None:
         """Close data and weights sockets."""

@@ -1,7 +1,7 @@
 """Sluice wire protocol: multipart ZeroMQ messages with a msgpack header.
 
 Frame 0 is ``b"sluice/1"``, frame 1 a msgpack header map, frames 2.. raw
-array buffers. See :mod:`protocol.framing` for the layout. This package
+array buffers (or one frame that holds them all: a packed message). See :mod:`protocol.framing` for the layout. This package
 must not import torch.
 """
 
@@ -9,12 +9,15 @@ from .endpoints import Endpoint, is_loopback, parse_endpoint
 from .framing import (
     ALLOWED_DTYPES,
     MAX_NDIM,
+    PACKED_ALIGN,
     PROTOCOL_MAJOR,
     PROTOCOL_NAME,
     PROTOCOL_TAG,
     Limits,
+    PackedArrays,
     decode,
     encode,
+    pack_arrays,
 )
 from .messages import (
     OPTIONAL_FIELDS,
@@ -37,6 +40,8 @@ __all__ = [
     "Message",
     "MessageType",
     "OPTIONAL_FIELDS",
+    "PACKED_ALIGN",
+    "PackedArrays",
     "PROTOCOL_MAJOR",
     "PROTOCOL_NAME",
     "PROTOCOL_TAG",
@@ -48,6 +53,7 @@ __all__ = [
     "decode",
     "encode",
     "is_loopback",
+    "pack_arrays",
     "parse_endpoint",
     "validate_fields",
 ]

@@ -4,8 +4,15 @@ Wire layout::
 
     frame 0   b"sluice/1"                  protocol name and MAJOR version
     frame 1   msgpack map                  {"type", "sender", "seq", "version",
-                                            "fields", "arrays"}
+                                            "fields", "arrays"[, "packed"]}
     frame 2.. raw C-contiguous buffers     one per entry of header["arrays"]
+
+or, when the header says ``"packed": true``, one frame 2 that holds every array
+one after another, each starting at the first multiple of ``PACKED_ALIGN``
+bytes after the previous one's end (the padding is zeros and the frame ends
+where the last array ends), so a message of many small arrays costs one frame.
+A sender packs only for a peer that said it reads packed messages (the learner
+says so in REGISTERED: ``packed_rows``), since older peers refuse them.
 
 Array buffers are little-endian. Nothing is ever pickled. :func:`decode`
 validates every byte it uses and raises only :class:`ProtocolError`.
@@ -16,8 +23,9 @@ keys without breaking older peers.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import msgpack
 import numpy as np
@@ -29,11 +37,14 @@ __all__ = [
     "ALLOWED_DTYPES",
     "Limits",
     "MAX_NDIM",
+    "PACKED_ALIGN",
+    "PackedArrays",
     "PROTOCOL_MAJOR",
     "PROTOCOL_NAME",
     "PROTOCOL_TAG",
     "decode",
     "encode",
+    "pack_arrays",
 ]
 
 PROTOCOL_NAME = "sluice"
@@ -52,6 +63,9 @@ ALLOWED_DTYPES: frozenset[str] = frozenset(
 
 #: Most dimensions an array may have.
 MAX_NDIM = 32
+
+#: In a packed message's payload, every array starts at a multiple of this many bytes (the largest itemsize).
+PACKED_ALIGN = 8
 
 _HEADER_TYPES: dict[str, type] = {
     "type": str,
@@ -100,8 +114,48 @@ def _as_bytes_view(array: np.ndarray) -> memoryview:
     return memoryview(flat).cast("B")
 
 
-def encode(msg: Message, limits: Limits | None = None) -> list[bytes | memoryview]:
-    """Encode ``msg`` as ``[frame0, header, *array buffers]``.
+def _packed_offsets(sizes: Sequence[int]) -> tuple[list[int], int]:
+    """Where each of arrays of ``sizes`` bytes starts in a packed payload, and the payload's length."""
+    offsets, end = [], 0
+    for nbytes in sizes:
+        start = -(-end // PACKED_ALIGN) * PACKED_ALIGN
+        offsets.append(start)
+        end = start + nbytes
+    return offsets, end
+
+
+@dataclass(frozen=True, eq=False)
+class PackedArrays:
+    """Arrays that are views of one byte buffer at the offsets of a packed message (made by :func:`pack_arrays`):
+    :func:`encode` sends the buffer as the message's one array frame, without copying it."""
+
+    buffer: np.ndarray
+    """The payload: uint8, every array's bytes at its offset, zeros between them."""
+    arrays: dict[str, np.ndarray]
+    """The arrays, by name, in message order: writable views of ``buffer``."""
+
+
+def pack_arrays(layout: Sequence[tuple[str, str, tuple[int, ...]]]) -> PackedArrays:
+    """Uninitialised arrays of ``layout`` ((name, wire dtype name, shape) in message order) laid out in one fresh
+    buffer as a packed message carries them; fill the arrays, then pass them to :func:`encode` with ``packed``."""
+    shapes = [tuple(shape) for _, _, shape in layout]
+    dtypes = [_WIRE_DTYPES[dtype] for _, dtype, _ in layout]
+    sizes = [math.prod(shape) * dtype.itemsize for shape, dtype in zip(shapes, dtypes)]
+    offsets, total = _packed_offsets(sizes)
+    buffer = np.empty(total, dtype=np.uint8)
+    arrays: dict[str, np.ndarray] = {}
+    end = 0
+    for (name, _, _), shape, dtype, start, nbytes in zip(layout, shapes, dtypes, offsets, sizes):
+        buffer[end:start] = 0  # padding: nothing of this process's memory leaves in it
+        arrays[name] = buffer[start:start + nbytes].view(dtype).reshape(shape)
+        end = start + nbytes
+    return PackedArrays(buffer=buffer, arrays=arrays)
+
+
+def encode(msg: Message, limits: Limits | None = None, *,
+           packed: PackedArrays | None = None) -> list[bytes | memoryview]:
+    """Encode ``msg`` as ``[frame0, header, *array buffers]``, or, with ``packed`` (whose arrays must be the very
+    ``msg.arrays``), as ``[frame0, header, packed.buffer]``.
 
     Array buffers are memoryviews sharing memory with C-contiguous,
     little-endian inputs; other arrays are copied once. Keep the arrays alive
@@ -109,6 +163,9 @@ def encode(msg: Message, limits: Limits | None = None) -> list[bytes | memoryvie
     Raises :class:`ProtocolError` if the message itself violates the protocol
     (bad field, dtype, or, when ``limits`` is given, size).
     """
+    if packed is not None and (len(packed.arrays) != len(msg.arrays) or any(
+            msg.arrays.get(name) is not array for name, array in packed.arrays.items())):
+        raise ValueError("encode(packed=...) needs the message's arrays to be the packed arrays themselves")
     msg_type = MessageType(msg.type)
     if not isinstance(msg.sender, str):
         raise ProtocolError("bad_header", f"sender must be str, got {type(msg.sender).__name__}")
@@ -133,20 +190,22 @@ def encode(msg: Message, limits: Limits | None = None) -> list[bytes | memoryvie
         wire = _WIRE_DTYPES[wire_name]
         if array.dtype != wire or not array.flags.c_contiguous:
             array = np.require(array, dtype=wire, requirements="C")
-        buffers.append(_as_bytes_view(array))
+        if packed is None:
+            buffers.append(_as_bytes_view(array))
         specs.append({"name": name, "dtype": wire_name, "shape": list(array.shape), "nbytes": array.nbytes})
 
-    header = msgpack.packb(
-        {
-            "type": msg_type.value,
-            "sender": msg.sender,
-            "seq": msg.seq,
-            "version": msg.version,
-            "fields": msg.fields,
-            "arrays": specs,
-        },
-        use_bin_type=True,
-    )
+    header_map = {
+        "type": msg_type.value,
+        "sender": msg.sender,
+        "seq": msg.seq,
+        "version": msg.version,
+        "fields": msg.fields,
+        "arrays": specs,
+    }
+    if packed is not None:
+        header_map["packed"] = True
+        buffers = [memoryview(packed.buffer)]
+    header = msgpack.packb(header_map, use_bin_type=True)
     frames: list[bytes | memoryview] = [PROTOCOL_TAG, header, *buffers]
     if limits is not None:
         _check_sizes([len(f) if isinstance(f, bytes) else f.nbytes for f in frames], limits)
@@ -219,8 +278,8 @@ def _unpack_header(raw: memoryview, limits: Limits) -> dict[str, Any]:
     return header
 
 
-def _decode_array(index: int, spec: Any, frame: memoryview, seen: set[str]) -> tuple[str, np.ndarray]:
-    """Validate one array descriptor against its frame and return a view."""
+def _array_spec(index: int, spec: Any, seen: set[str]) -> tuple[str, np.dtype, tuple[int, ...], int]:
+    """Validate one array descriptor: its name, wire dtype, shape and size in bytes."""
     if not isinstance(spec, dict):
         raise ProtocolError("bad_array", f"arrays[{index}] must be a map, got {type(spec).__name__}")
     for key, expected in _ARRAY_KEYS.items():
@@ -259,13 +318,47 @@ def _decode_array(index: int, spec: Any, frame: memoryview, seen: set[str]) -> t
             f"array '{name}': header says {nbytes} bytes, but shape {tuple(shape_list)} of "
             f"{dtype_name} needs {expected_nbytes}",
         )
-    if nbytes != len(frame):
-        raise ProtocolError("bad_array", f"array '{name}': header says {nbytes} bytes, frame has {len(frame)}")
+    return name, dtype, tuple(shape_list), nbytes
+
+
+def _view_array(name: str, dtype: np.dtype, shape: tuple[int, ...], data: memoryview) -> np.ndarray:
+    """``data`` (exactly the array's bytes) as the array."""
     try:
-        array = np.frombuffer(frame, dtype=dtype).reshape(tuple(shape_list))
+        return np.frombuffer(data, dtype=dtype).reshape(shape)
     except (ValueError, OverflowError) as exc:
-        raise ProtocolError("bad_array", f"array '{name}': cannot view as shape {tuple(shape_list)}: {exc}") from None
-    return name, array
+        raise ProtocolError("bad_array", f"array '{name}': cannot view as shape {shape}: {exc}") from None
+
+
+def _decode_arrays(specs: list[Any], views: list[memoryview], packed: bool) -> dict[str, np.ndarray]:
+    """The arrays ``specs`` describe, as views of the array frames (one per array, or one packed payload)."""
+    seen: set[str] = set()
+    arrays: dict[str, np.ndarray] = {}
+    if not packed:
+        if len(specs) != len(views):
+            raise ProtocolError(
+                "bad_array", f"header lists {len(specs)} array(s) but message has {len(views)} array frame(s)"
+            )
+        for i, (spec, frame) in enumerate(zip(specs, views)):
+            name, dtype, shape, nbytes = _array_spec(i, spec, seen)
+            if nbytes != len(frame):
+                raise ProtocolError("bad_array", f"array '{name}': header says {nbytes} bytes, frame has {len(frame)}")
+            arrays[name] = _view_array(name, dtype, shape, frame)
+        return arrays
+    if len(views) != 1:
+        raise ProtocolError("bad_array", f"a packed message has one array frame, this one has {len(views)}")
+    payload = views[0]
+    end = 0
+    for i, spec in enumerate(specs):
+        name, dtype, shape, nbytes = _array_spec(i, spec, seen)
+        start = -(-end // PACKED_ALIGN) * PACKED_ALIGN
+        end = start + nbytes
+        if end > len(payload):
+            raise ProtocolError("bad_array", f"array '{name}' ends at byte {end} of the packed frame, "
+                                             f"which has {len(payload)}")
+        arrays[name] = _view_array(name, dtype, shape, payload[start:end])
+    if end != len(payload):
+        raise ProtocolError("bad_array", f"the packed frame has {len(payload)} bytes, its arrays end at {end}")
+    return arrays
 
 
 def decode(frames: Sequence[FrameLike], limits: Limits = Limits()) -> Message:
@@ -305,16 +398,10 @@ def decode(frames: Sequence[FrameLike], limits: Limits = Limits()) -> Message:
     fields: dict[str, Any] = header["fields"]
     validate_fields(msg_type, fields)
 
-    specs: list[Any] = header["arrays"]
-    if len(specs) != count - 2:
-        raise ProtocolError(
-            "bad_array", f"header lists {len(specs)} array(s) but message has {count - 2} array frame(s)"
-        )
-    arrays: dict[str, np.ndarray] = {}
-    seen: set[str] = set()
-    for i, spec in enumerate(specs):
-        name, array = _decode_array(i, spec, views[i + 2], seen)
-        arrays[name] = array
+    packed = header.get("packed", False)
+    if not isinstance(packed, bool):
+        raise ProtocolError("bad_header", f"header key 'packed' must be bool, got {type(packed).__name__}")
+    arrays = _decode_arrays(header["arrays"], views[2:], packed)
     return Message(
         type=msg_type,
         sender=header["sender"],

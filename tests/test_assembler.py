@@ -81,6 +81,12 @@ def check_rows(asm: RowAssembler, got_rows: np.ndarray, expected: list[tuple[int
     assert got_rows.dtype == np.int64
     assert got_rows.tolist() == [r for r, _, _ in expected]
     g = asm.gather(got_rows)
+    packed = asm.gather_packed(got_rows)  # the same arrays, laid out in one buffer for a packed ROWS message
+    assert list(packed.arrays) == list(g)
+    for name, array in g.items():
+        assert packed.arrays[name].dtype == array.dtype
+        assert array.size == 0 or np.shares_memory(packed.arrays[name], packed.buffer)
+        np.testing.assert_array_equal(packed.arrays[name], array, err_msg=name)
     assert g["obs"].shape == (len(expected), asm.horizon, *asm.layout.obs_shape)
     assert g["obs"].dtype == asm.arrays["obs"].dtype
     for j, (_, steps, version) in enumerate(expected):

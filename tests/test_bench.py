@@ -75,8 +75,9 @@ def test_fixed_costs_bench_refuses_a_sweep_it_cannot_fit() -> None:
 
 def test_message_cost_bench_streams_both_frame_layouts() -> None:
     records = run_bench("message_cost", "--configs", "configs/cartpole.yaml", "--messages", "20", "--rounds", "1")
-    assert [(r["frames"], r["frame_count"]) for r in records] == [("per_array", 16), ("one", 3)]
+    assert [(r["frames"], r["frame_count"]) for r in records] == [("per_array", 16), ("packed", 3)]
     assert all(r["encode_us"] > 0 and r["decode_us"] > 0 and r["send_cpu_us"] > 0 and r["recv_cpu_us"] > 0
+               and r["encode_packed_us"] > 0 and r["decode_packed_us"] > 0
                and r["send_multipart_us"] > 0 and r["send_nonblocking_us"] > 0
                and r["messages"] == 20 and r["arrays"] == 14 for r in records)
     assert not descendants(os.getpid())

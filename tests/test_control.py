@@ -4,6 +4,7 @@ log that a flood cannot fill."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import threading
@@ -24,7 +25,7 @@ from learner.serve.control import HOST_NAME_CHARS, ControlServer
 from learner.serve.host_sizing import HostSizing
 from learner.serve.request_rate import PeerRateLimiter, RateLimit
 from learner.serve.senders import SenderRegistry
-from protocol import Limits, Message, MessageType, decode, encode
+from protocol import Limits, Message, MessageType, decode, encode, pack_arrays
 from protocol.curve import ClientCurve, ServerCurve, ZapGuard
 from protocol.endpoints import parse_endpoint
 from tests.processes import wait_for
@@ -304,6 +305,18 @@ def test_the_learner_link_sends_its_token_with_rows_and_says_why_it_left() -> No
                 "num_rows": 0, "episode_returns": [], "episode_lengths": [], "env_steps": 0, "agent_steps": 0}))
             assert data.poll(5000)
             assert decode(data.recv_multipart()).fields["token"] == link.token
+            packed = pack_arrays([("versions", "int64", (1,)), ("values", "float32", (1, 3))])
+            packed.arrays["versions"][...], packed.arrays["values"][...] = 3, 0.5
+            rows = Message(type=MessageType.ROWS, sender=link.name, arrays=packed.arrays, fields={
+                "num_rows": 1, "episode_returns": [], "episode_lengths": [], "env_steps": 3, "agent_steps": 3})
+            for says_packed, frames_sent in ((False, 4), (True, 3)):  # packed only to a learner that reads it
+                link.open_streams(dataclasses.replace(second, packed_rows=says_packed), hwm=4, buffer_bytes=1 << 16)
+                assert wait_for(link.can_send_rows, 5)
+                link.send_rows(rows, packed)
+                assert data.poll(5000)
+                frames = data.recv_multipart()
+                got = decode(frames)
+                assert len(frames) == frames_sent and got == dataclasses.replace(rows, fields=got.fields)
             link.close(reason="EnvFailure: env worker 0 died 3 times in a row")
             assert wait_for(lambda: served.server.counts().actor_hosts_failed == 1, 5)
             assert served.registry.get(second.token) is None

@@ -6,6 +6,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 
 from actors.assembler import VERSIONS, RowAssembler
 from actors.host import ActorHost, LoopState
@@ -22,18 +23,21 @@ class RefusingLink:
 
     name = "host-1"
 
-    def __init__(self, refusals: int) -> None:
+    def __init__(self, refusals: int, packed_rows: bool = False) -> None:
         self.refusals = refusals
+        self.packed_rows = packed_rows
         self.sent: list = []
+        self.packed: list = []
 
     def can_send_rows(self) -> bool:
         return True
 
-    def send_rows(self, message) -> int | None:
+    def send_rows(self, message, packed=None) -> int | None:
         if self.refusals:
             self.refusals -= 1
             return None
         self.sent.append(message)
+        self.packed.append(packed)
         return 1000
 
 
@@ -54,8 +58,9 @@ def host_with_full_rows(link: RefusingLink, full_rows: int) -> tuple[ActorHost, 
     return host, metrics
 
 
-def test_a_refused_block_waits_then_goes_out_first_and_is_counted_once() -> None:
-    link = RefusingLink(refusals=2)
+@pytest.mark.parametrize("packed_rows", [False, True])
+def test_a_refused_block_waits_then_goes_out_first_and_is_counted_once(packed_rows: bool) -> None:
+    link = RefusingLink(refusals=2, packed_rows=packed_rows)
     host, metrics = host_with_full_rows(link, full_rows=4)
     host._ship_rows(now=1.0)  # built, refused: nothing more is built behind it
     assert link.sent == [] and host.state.unsent is not None and host.assembler.full_rows() == 2
@@ -69,6 +74,9 @@ def test_a_refused_block_waits_then_goes_out_first_and_is_counted_once() -> None
     assert [message.type for message in link.sent] == [MessageType.ROWS, MessageType.ROWS]
     assert [message.fields["env_steps"] for message in link.sent] == [5, 3]
     assert [message.fields["num_rows"] for message in link.sent] == [2, 2]
+    for message, packed in zip(link.sent, link.packed):  # a learner that reads packed rows gets them packed
+        assert (packed is not None) == packed_rows
+        assert packed is None or all(packed.arrays[name] is array for name, array in message.arrays.items())
     assert host.state.unsent is None and host.assembler.full_rows() == 0
     got = samples(metrics.registry)
     assert got[("sluice_actor_rows_sent_total", ())] == 4 and got[("sluice_actor_env_steps_total", ())] == 8

@@ -23,6 +23,7 @@ from protocol import (
     decode,
     encode,
     is_loopback,
+    pack_arrays,
     parse_endpoint,
 )
 
@@ -143,6 +144,59 @@ def test_encode_is_zero_copy_for_contiguous_arrays() -> None:
     header = msgpack.unpackb(frames[1])
     assert header["arrays"] == [{"name": "obs", "dtype": "float32", "shape": [3, 4], "nbytes": 48}]
     assert header["type"] == "rows"
+
+
+def packed_sample() -> tuple[Message, Any]:
+    """A ROWS message whose arrays (odd sizes, so padding falls between them) are packed."""
+    arrays = {name: array for name, array in sample_arrays().items() if name not in ("strided", "big_endian")}
+    packed = pack_arrays([(name, array.dtype.name, array.shape) for name, array in arrays.items()])
+    for name, array in arrays.items():
+        packed.arrays[name][...] = array
+    return make(MessageType.ROWS, seq=3, arrays=packed.arrays), packed
+
+
+def test_packed_round_trip_over_zmq_is_one_array_frame_sent_without_a_copy(
+        zmq_pair: tuple[zmq.Socket, zmq.Socket]) -> None:
+    msg, packed = packed_sample()
+    frames = encode(msg, packed=packed)
+    assert len(frames) == 3 and msgpack.unpackb(frames[1])["packed"] is True
+    assert np.shares_memory(np.frombuffer(frames[2], dtype=np.uint8), packed.buffer)
+    push, pull = zmq_pair
+    push.send_multipart(frames, copy=False)
+    received = pull.recv_multipart(copy=False)
+    got = decode(received)
+    assert got == msg and list(got.arrays) == list(msg.arrays)
+    payload = np.frombuffer(received[2], dtype=np.uint8)
+    start = end = 0  # each array at the first multiple of 8 bytes after the previous one's end, zeros between
+    for name, array in got.arrays.items():
+        start = -(-end // 8) * 8
+        assert array.__array_interface__["data"][0] - payload.ctypes.data == start, name
+        assert not payload[end:start].any(), name
+        end = start + array.nbytes
+    assert len(payload) == end and end > sum(array.nbytes for array in msg.arrays.values())
+
+
+def test_packed_messages_that_do_not_add_up_are_refused() -> None:
+    msg, packed = packed_sample()
+    tag, header, payload = (bytes(frame) for frame in encode(msg, packed=packed))
+    raises("bad_array", [tag, header, payload[:-1]], f"array 'scalar' ends at byte {len(payload)} of the packed frame, "
+                                                f"which has {len(payload) - 1}")
+    raises("bad_array", [tag, header, payload + b"\0"], f"the packed frame has {len(payload) + 1} bytes, its arrays "
+                                                         f"end at {len(payload)}")
+    raises("bad_array", [tag, header, payload, b""], "a packed message has one array frame, this one has 2")
+    raises("bad_array", [tag, header], "a packed message has one array frame, this one has 0")
+    unpacked = msgpack.unpackb(header)
+    raises("bad_header", [tag, msgpack.packb({**unpacked, "packed": 1}), payload], "key 'packed' must be bool")
+    raises("bad_array", [tag, msgpack.packb({**unpacked, "packed": False}), payload], "lists 7 array(s) but message has 1")
+    assert decode(header_frames({"packed": True}, b"")).arrays == {}  # no arrays: an empty payload
+
+
+def test_encode_packed_needs_the_packed_arrays_themselves() -> None:
+    msg, packed = packed_sample()
+    with pytest.raises(ValueError, match="the message's arrays to be the packed arrays themselves"):
+        encode(make(MessageType.ROWS, arrays={**msg.arrays, "obs": msg.arrays["obs"].copy()}), packed=packed)
+    with pytest.raises(ValueError, match="packed arrays themselves"):
+        encode(make(MessageType.ROWS, arrays={"obs": msg.arrays["obs"]}), packed=packed)
 
 
 def test_encode_rejects_bad_messages() -> None:
@@ -412,7 +466,9 @@ def mutate(rng: random.Random, frames: list[bytes]) -> list[bytes]:
 
 def test_fuzz_decode_only_raises_protocol_error() -> None:
     rng = random.Random(1234)
-    base = [bytes(f) for f in encode(make(MessageType.ROWS, arrays=sample_arrays()))]
+    packed_msg, packed = packed_sample()
+    bases = [[bytes(f) for f in encode(make(MessageType.ROWS, arrays=sample_arrays()))],
+             [bytes(f) for f in encode(packed_msg, packed=packed)]]
     headers = [bytes(encode(make(t))[1]) for t in MessageType]
     for i in range(6000):
         kind = i % 3
@@ -421,7 +477,7 @@ def test_fuzz_decode_only_raises_protocol_error() -> None:
             if frames and rng.random() < 0.5:
                 frames[0] = b"sluice/1"
         elif kind == 1:
-            frames = mutate(rng, base)
+            frames = mutate(rng, bases[i % 2])
         else:
             frames = [b"sluice/1", mutate(rng, [rng.choice(headers)])[0]]
         try:

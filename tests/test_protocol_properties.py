@@ -1,5 +1,5 @@
 """Property tests of ``protocol.decode``: whatever frames arrive (random bytes, headers of random msgpack values
-under the real keys, byte-level corruptions of a real ROWS message), it returns a Message or raises
+under the real keys, byte-level corruptions of a real ROWS message, packed or not), it returns a Message or raises
 ProtocolError, never anything else."""
 
 from __future__ import annotations
@@ -9,15 +9,28 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol import Message, MessageType, ProtocolError, decode, encode
+from protocol import Message, MessageType, ProtocolError, decode, encode, pack_arrays
 
 TAG = b"sluice/1"
-HEADER_KEYS = ("type", "sender", "seq", "version", "fields", "arrays")
+HEADER_KEYS = ("type", "sender", "seq", "version", "fields", "arrays", "packed")
+ROWS_FIELDS = {"num_rows": 2, "episode_returns": [1.0], "episode_lengths": [4], "env_steps": 8, "agent_steps": 8,
+               "token": "t" * 32}
 VALID_ROWS = [bytes(frame) for frame in encode(Message(
-    type=MessageType.ROWS, sender="host", version=3,
-    fields={"num_rows": 2, "episode_returns": [1.0], "episode_lengths": [4], "env_steps": 8, "agent_steps": 8,
-            "token": "t" * 32},
+    type=MessageType.ROWS, sender="host", version=3, fields=ROWS_FIELDS,
     arrays={"obs": np.arange(12, dtype=np.float32).reshape(2, 2, 3), "versions": np.array([3, 2], np.int64)}))]
+
+
+def packed_rows() -> list[bytes]:
+    """The frames of a packed ROWS message (every array in one frame, with padding between them)."""
+    packed = pack_arrays([("dones", "uint8", (2, 3)), ("obs", "float32", (2, 2, 3)), ("versions", "int64", (2,))])
+    packed.arrays["dones"][...] = 1
+    packed.arrays["obs"][...] = np.arange(12).reshape(2, 2, 3)
+    packed.arrays["versions"][...] = [3, 2]
+    message = Message(type=MessageType.ROWS, sender="host", version=3, fields=ROWS_FIELDS, arrays=packed.arrays)
+    return [bytes(frame) for frame in encode(message, packed=packed)]
+
+
+VALID_PACKED_ROWS = packed_rows()
 
 scalars = (st.none() | st.booleans() | st.integers(-2 ** 63, 2 ** 64 - 1) | st.floats() | st.text(max_size=12)
            | st.binary(max_size=12) | st.sampled_from([t.value for t in MessageType])
@@ -51,11 +64,12 @@ def test_headers_of_random_values_only_raise_protocol_error(header, buffers):
 
 @settings(max_examples=400, deadline=None)
 @given(edits=st.lists(st.tuples(st.integers(0, len(VALID_ROWS) - 1), st.integers(0, 10 ** 6), st.integers(0, 255),
-                                st.sampled_from(["set", "cut", "grow"])), min_size=1, max_size=4))
-def test_corrupted_rows_messages_only_raise_protocol_error(edits):
-    frames = [bytearray(frame) for frame in VALID_ROWS]
+                                st.sampled_from(["set", "cut", "grow"])), min_size=1, max_size=4),
+       packed=st.booleans())
+def test_corrupted_rows_messages_only_raise_protocol_error(edits, packed):
+    frames = [bytearray(frame) for frame in (VALID_PACKED_ROWS if packed else VALID_ROWS)]
     for index, position, value, how in edits:
-        frame = frames[index]
+        frame = frames[index % len(frames)]
         if how == "set" and frame:
             frame[position % len(frame)] = value
         elif how == "cut":

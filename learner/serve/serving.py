@@ -66,7 +66,8 @@ def bind_serving(config: RunConfig, spec: EnvSpec, addresses: LearnerAddresses, 
     this rank's own in REGISTERED's ``data_ipc`` (protocol/same_machine.py)."""
     net = config.network
     registration = {"config": config_to_dict(config), "data_endpoint": addresses.data.url,
-                    "weights_endpoint": addresses.weights.url, "run_id": uuid.uuid4().hex}
+                    "weights_endpoint": addresses.weights.url, "run_id": uuid.uuid4().hex,
+                    "packed_rows": True}  # the ingest reads ROWS with every array in one frame
     registry = SenderRegistry()  # the control server adds and removes senders; the ingest checks rows against it
     with binding(addresses.control):
         control = ControlServer(context=context, endpoint=addresses.control.url, registration=registration,

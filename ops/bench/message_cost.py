@@ -1,15 +1,15 @@
-"""Benchmark: what one ROWS message costs to encode, decode, send and receive, as the frames go today (one per array)
-and with every array in one frame.
+"""Benchmark: what one ROWS message costs to encode, decode, send and receive, with one frame per array (what a
+learner that does not read packed rows gets) and packed (every array in one frame: what the learner gets).
 
 The message is the first of ``ops.bench.ingest``'s batch for the run config (what a host ships: the same fields and
 arrays, ``rows_per_message`` rows). Three figures per config:
 
-* ``encode_us`` and ``decode_us``: ``protocol.encode`` and ``protocol.decode`` of that message, in this process;
+* ``encode_us`` and ``decode_us``: ``protocol.encode`` and ``protocol.decode`` of that message, in this process,
+  and ``encode_packed_us`` / ``decode_packed_us`` of the same message packed (``protocol.pack_arrays``);
 * ``send_cpu_us`` / ``recv_cpu_us`` per message: a forked sender pushes ``--messages`` copies of its frames over a
   real PUSH socket on ``ipc://`` (``send_multipart(copy=False)``, blocking while the queue is full) into a PULL socket here
   (``recv_multipart(copy=False)``, as the ingest); each side's CPU seconds (its ZeroMQ IO thread included) over the
-  messages. Measured twice, in turn: ``frames: per_array`` (the wire as it is) and ``frames: one`` (the tag, the
-  header, then every array's bytes concatenated into one frame: what a packed wire format would send);
+  messages. Measured twice, in turn: ``frames: per_array`` and ``frames: packed``;
 * ``send_multipart_us`` and ``send_nonblocking_us``: the calling thread's CPU to queue the message's frames on an
   ``inproc://`` PUSH socket (drained untimed), by pyzmq's ``send_multipart(copy=False, flags=NOBLOCK)`` (what the host
   did until 2026-11-28) and by ``protocol.sending.send_nonblocking`` (what ``LearnerLink.send_rows`` does).
@@ -21,18 +21,18 @@ Usage: .venv/bin/python -m ops.bench.message_cost [--configs configs/cartpole.ya
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import zmq
 
 from configs.loader import load_config
 from ops.bench.ingest import make_blocks
 from ops.benchlib import emit
-from protocol import decode, encode
+from protocol import Message, PackedArrays, decode, encode, pack_arrays
 from protocol.sending import send_nonblocking
 
 REPO = Path(__file__).resolve().parents[2]
@@ -46,9 +46,12 @@ def per_call_us(call, repeat: int) -> float:
     return 1e6 * (time.process_time() - began) / repeat
 
 
-def one_frame(frames: list) -> list:
-    """The tag and header frames, then every array frame's bytes in one."""
-    return frames[:2] + [np.concatenate([np.frombuffer(memoryview(f), dtype=np.uint8) for f in frames[2:]])]
+def packed_copy(message: Message) -> tuple[Message, PackedArrays]:
+    """``message`` with its arrays copied into one packed buffer, and that buffer."""
+    packed = pack_arrays([(name, array.dtype.name, array.shape) for name, array in message.arrays.items()])
+    for name, array in message.arrays.items():
+        packed.arrays[name][...] = array
+    return dataclasses.replace(message, arrays=packed.arrays), packed
 
 
 def stream(frames: list, messages: int) -> tuple[float, float]:
@@ -129,15 +132,19 @@ def main() -> None:
         frames = encode(message)
         nbytes = sum(memoryview(f).nbytes for f in frames)
         repeat = max(20, 20_000_000 // max(nbytes, 1))
+        packed_message, packed = packed_copy(message)
+        packed_frames = encode(packed_message, packed=packed)
         base = {"bench": "message_cost", "config": path, "rows": message.fields["num_rows"],
                 "arrays": len(message.arrays), "bytes": nbytes,
                 "encode_us": round(per_call_us(lambda: encode(message), repeat), 1),
-                "decode_us": round(per_call_us(lambda: decode(frames), repeat), 1)}
+                "decode_us": round(per_call_us(lambda: decode(frames), repeat), 1),
+                "encode_packed_us": round(per_call_us(lambda: encode(packed_message, packed=packed), repeat), 1),
+                "decode_packed_us": round(per_call_us(lambda: decode(packed_frames), repeat), 1)}
         messages = max(2, min(args.messages, 2_000_000_000 // nbytes))
         multipart_us, nonblocking_us = queue_cpu_us(frames, messages)
         base.update(send_multipart_us=round(multipart_us, 1), send_nonblocking_us=round(nonblocking_us, 1))
         for round_number in range(1, args.rounds + 1):
-            for layout, sent in (("per_array", frames), ("one", one_frame(frames))):
+            for layout, sent in (("per_array", frames), ("packed", packed_frames)):
                 send_us, recv_us = stream(sent, messages)
                 emit({**base, "round": round_number, "frames": layout, "frame_count": len(sent),
                       "messages": messages, "send_cpu_us": round(send_us, 1), "recv_cpu_us": round(recv_us, 1)})

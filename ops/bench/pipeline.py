@@ -304,7 +304,8 @@ def measure_pipeline(config: RunConfig, workers: int, seconds: float, warmup_s: 
     weights_port = probe.bind_to_random_port("tcp://127.0.0.1")  # the host subscribes; nothing is published
     control_port = _free_port()
     registration = {"config": config_to_dict(config), "data_endpoint": f"tcp://127.0.0.1:{data_port}",
-                    "weights_endpoint": f"tcp://127.0.0.1:{weights_port}", "run_id": uuid.uuid4().hex}
+                    "weights_endpoint": f"tcp://127.0.0.1:{weights_port}", "run_id": uuid.uuid4().hex,
+                    "packed_rows": True}  # as the learner's (learner/serve/serving.py): rows come in one frame
     if route is not None:
         registration["data_ipc"] = {registration["data_endpoint"]: route.to_field()}
     control = ControlServer(context=context, endpoint=f"tcp://127.0.0.1:{control_port}", registration=registration,
