@@ -25,7 +25,7 @@ import numba
 import numpy as np
 
 from actors.prefetch import prefetch_for_write
-from protocol.framing import PackedArrays, dtype_name, pack_arrays
+from protocol.framing import PackedArrays, PackedLayout, dtype_name
 from protocol.rows import ROW_FIELDS, RowField, RowLayout
 
 # Ring bookkeeping lives in one int64[4] array so kernels can update it in place.
@@ -164,6 +164,24 @@ def _add_steps_kernel(agent_ids, stamp, inputs, table, pool, horizon, ep_indices
 
 
 @numba.njit(cache=True)
+def _gather_kernel(rows, num_rows, pool, table, payload):
+    """Every field's bytes of ``rows`` into ``payload`` (a packed ROWS message's), field after field: ``table``
+    [fields, 3] holds each field's offset in ``pool``, its bytes per row and its offset in ``payload``. Returns -1
+    (and copies nothing) if a row is not in [0, num_rows)."""
+    for j in range(rows.shape[0]):
+        if rows[j] < 0 or rows[j] >= num_rows:
+            return -1
+    for f in range(table.shape[0]):
+        source, width, dest = table[f, 0], table[f, 1], table[f, 2]
+        for j in range(rows.shape[0]):
+            src = source + rows[j] * width
+            dst = dest + j * width
+            for k in range(width):
+                payload[dst + k] = pool[src + k]
+    return 0
+
+
+@numba.njit(cache=True)
 def _pop_full_kernel(full_ring, rings, row_state, out):
     """Move up to ``len(out)`` oldest full rows into ``out``; return how many."""
     num_rows = full_ring.shape[0]
@@ -288,6 +306,8 @@ class RowAssembler:
             for f in ROW_FIELDS})
         self.arrays = arrays
         """Field -> every row's buffer, in its wire shape (views of one block, the kernel's pool)."""
+        self._packed: dict[int, tuple[PackedLayout, np.ndarray]] = {}
+        """Row count -> the packed ROWS layout of that many rows and the gather kernel's table of it."""
         self._inputs = frozenset(f.name for f in ROW_FIELDS) - {VERSIONS}
         R = num_rows
         self.free_ring = np.arange(R, dtype=np.int64)
@@ -446,13 +466,24 @@ class RowAssembler:
         return {name: array[r] for name, array in self.arrays.items()}
 
     def gather_packed(self, rows: np.ndarray) -> PackedArrays:
-        """What ``gather`` returns, laid out in one fresh buffer as a packed ROWS message carries it."""
-        r = np.asarray(rows, dtype=np.int64).reshape(-1)
-        packed = pack_arrays([(name, dtype_name(array.dtype), (len(r), *array.shape[1:]))
-                              for name, array in self.arrays.items()])
-        for name, array in self.arrays.items():
-            np.take(array, r, axis=0, out=packed.arrays[name])
+        """What ``gather`` returns, laid out in one fresh buffer as a packed ROWS message carries it (one compiled
+        copy of every field's bytes)."""
+        r = np.ascontiguousarray(rows, dtype=np.int64).reshape(-1)
+        layout, table = self._packed.get(len(r)) or self._packed_layout(len(r))
+        packed = layout.allocate()
+        if _gather_kernel(r, self.num_rows, self._pool, table, packed.buffer) != 0:
+            raise ValueError(f"gather_packed takes rows in [0, {self.num_rows}), got {r.min()}..{r.max()}")
         return packed
+
+    def _packed_layout(self, n: int) -> tuple[PackedLayout, np.ndarray]:
+        """The packed layout of ``n`` rows and the gather kernel's table of it ([fields, 3]: the field's offset in
+        the pool, bytes per row, offset in the payload), made once per row count."""
+        layout = PackedLayout.of([(name, dtype_name(array.dtype), (n, *array.shape[1:]))
+                                  for name, array in self.arrays.items()])
+        table = np.array([(self._pool_offsets[name], array[:1].nbytes, offset)
+                          for (name, array), offset in zip(self.arrays.items(), layout.offsets)], dtype=np.int64)
+        self._packed[n] = layout, table
+        return layout, table
 
 
 def _kernel_input(buffer: _Buffer, value: np.ndarray | None, n: int) -> np.ndarray:

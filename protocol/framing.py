@@ -39,6 +39,7 @@ __all__ = [
     "MAX_NDIM",
     "PACKED_ALIGN",
     "PackedArrays",
+    "PackedLayout",
     "PROTOCOL_MAJOR",
     "PROTOCOL_NAME",
     "PROTOCOL_TAG",
@@ -126,30 +127,74 @@ def _packed_offsets(sizes: Sequence[int]) -> tuple[list[int], int]:
 
 @dataclass(frozen=True, eq=False)
 class PackedArrays:
-    """Arrays that are views of one byte buffer at the offsets of a packed message (made by :func:`pack_arrays`):
-    :func:`encode` sends the buffer as the message's one array frame, without copying it."""
+    """Arrays that are views of one byte buffer at the offsets of a packed message (made by
+    :meth:`PackedLayout.allocate`): :func:`encode` sends the buffer as the message's one array frame, without copying
+    it."""
 
     buffer: np.ndarray
     """The payload: uint8, every array's bytes at its offset, zeros between them."""
     arrays: dict[str, np.ndarray]
     """The arrays, by name, in message order: writable views of ``buffer``."""
+    layout: PackedLayout
+    """Where they lie in ``buffer``."""
+
+    def specs_of(self, arrays: dict[str, np.ndarray]) -> list[dict[str, Any]]:
+        """The header's array descriptors of a message whose ``arrays`` are these very ones (ValueError if not)."""
+        layout = self.layout
+        if len(arrays) != len(layout.names) or any(
+                arrays.get(name) is not array or array.base is not self.buffer or array.shape != shape
+                for (name, array), shape in zip(self.arrays.items(), layout.shapes)):
+            raise ValueError("encode(packed=...) needs the message's arrays to be the packed arrays themselves")
+        return layout.specs
+
+
+@dataclass(frozen=True)
+class PackedLayout:
+    """Where each array of a packed message lies in its payload, for arrays of given names, dtypes and shapes."""
+
+    names: tuple[str, ...]
+    """The arrays' names, in message order."""
+    dtypes: tuple[np.dtype, ...]
+    """Their little-endian wire dtypes."""
+    shapes: tuple[tuple[int, ...], ...]
+    """Their shapes."""
+    offsets: tuple[int, ...]
+    """Where each one's bytes start in the payload."""
+    total: int
+    """The payload's length in bytes."""
+    specs: list[dict[str, Any]]
+    """The header's array descriptors of a message of these arrays."""
+
+    @classmethod
+    def of(cls, layout: Sequence[tuple[str, str, tuple[int, ...]]]) -> "PackedLayout":
+        """The layout of arrays ``layout`` lists as (name, wire dtype name, shape), in message order."""
+        dtypes = tuple(_WIRE_DTYPES[dtype] for _, dtype, _ in layout)
+        shapes = tuple(tuple(shape) for _, _, shape in layout)
+        sizes = [math.prod(shape) * dtype.itemsize for shape, dtype in zip(shapes, dtypes)]
+        offsets, total = _packed_offsets(sizes)
+        specs = [{"name": name, "dtype": dtype, "shape": list(shape), "nbytes": nbytes}
+                 for (name, dtype, shape), nbytes in zip(layout, sizes)]
+        return cls(names=tuple(name for name, _, _ in layout), dtypes=dtypes, shapes=shapes, offsets=tuple(offsets),
+                   total=total, specs=specs)
+
+    def allocate(self) -> PackedArrays:
+        """Uninitialised arrays of this layout in one fresh buffer (its padding zeroed): fill them, then pass them to
+        :func:`encode` with ``packed``."""
+        buffer = np.empty(self.total, dtype=np.uint8)
+        arrays: dict[str, np.ndarray] = {}
+        end = 0
+        for name, dtype, shape, start in zip(self.names, self.dtypes, self.shapes, self.offsets):
+            if start > end:
+                buffer[end:start] = 0  # padding: nothing of this process's memory leaves in it
+            array = arrays[name] = np.ndarray(shape, dtype=dtype, buffer=buffer, offset=start)
+            end = start + array.nbytes
+        return PackedArrays(buffer=buffer, arrays=arrays, layout=self)
 
 
 def pack_arrays(layout: Sequence[tuple[str, str, tuple[int, ...]]]) -> PackedArrays:
     """Uninitialised arrays of ``layout`` ((name, wire dtype name, shape) in message order) laid out in one fresh
-    buffer as a packed message carries them; fill the arrays, then pass them to :func:`encode` with ``packed``."""
-    shapes = [tuple(shape) for _, _, shape in layout]
-    dtypes = [_WIRE_DTYPES[dtype] for _, dtype, _ in layout]
-    sizes = [math.prod(shape) * dtype.itemsize for shape, dtype in zip(shapes, dtypes)]
-    offsets, total = _packed_offsets(sizes)
-    buffer = np.empty(total, dtype=np.uint8)
-    arrays: dict[str, np.ndarray] = {}
-    end = 0
-    for (name, _, _), shape, dtype, start, nbytes in zip(layout, shapes, dtypes, offsets, sizes):
-        buffer[end:start] = 0  # padding: nothing of this process's memory leaves in it
-        arrays[name] = buffer[start:start + nbytes].view(dtype).reshape(shape)
-        end = start + nbytes
-    return PackedArrays(buffer=buffer, arrays=arrays)
+    buffer as a packed message carries them (``PackedLayout.of(layout).allocate()``)."""
+    return PackedLayout.of(layout).allocate()
 
 
 def encode(msg: Message, limits: Limits | None = None, *,
@@ -163,9 +208,6 @@ def encode(msg: Message, limits: Limits | None = None, *,
     Raises :class:`ProtocolError` if the message itself violates the protocol
     (bad field, dtype, or, when ``limits`` is given, size).
     """
-    if packed is not None and (len(packed.arrays) != len(msg.arrays) or any(
-            msg.arrays.get(name) is not array for name, array in packed.arrays.items())):
-        raise ValueError("encode(packed=...) needs the message's arrays to be the packed arrays themselves")
     msg_type = MessageType(msg.type)
     if not isinstance(msg.sender, str):
         raise ProtocolError("bad_header", f"sender must be str, got {type(msg.sender).__name__}")
@@ -176,9 +218,32 @@ def encode(msg: Message, limits: Limits | None = None, *,
         check_field_value(key, value)
     validate_fields(msg_type, msg.fields)
 
+    if packed is None:
+        specs, buffers = _array_frames(msg.arrays)
+    else:
+        specs, buffers = packed.specs_of(msg.arrays), [memoryview(packed.buffer)]
+    header_map = {
+        "type": msg_type.value,
+        "sender": msg.sender,
+        "seq": msg.seq,
+        "version": msg.version,
+        "fields": msg.fields,
+        "arrays": specs,
+    }
+    if packed is not None:
+        header_map["packed"] = True
+    header = msgpack.packb(header_map, use_bin_type=True)
+    frames: list[bytes | memoryview] = [PROTOCOL_TAG, header, *buffers]
+    if limits is not None:
+        _check_sizes([len(f) if isinstance(f, bytes) else f.nbytes for f in frames], limits)
+    return frames
+
+
+def _array_frames(arrays: dict[str, Any]) -> tuple[list[dict[str, Any]], list[memoryview]]:
+    """The header's descriptors of ``arrays`` and a frame of each one's bytes (a view, or a copy in wire form)."""
     specs: list[dict[str, Any]] = []
     buffers: list[memoryview] = []
-    for name, value in msg.arrays.items():
+    for name, value in arrays.items():
         if not isinstance(name, str):
             raise ProtocolError("bad_array", f"array name {name!r} is not a string")
         array = np.asarray(value)
@@ -190,26 +255,9 @@ def encode(msg: Message, limits: Limits | None = None, *,
         wire = _WIRE_DTYPES[wire_name]
         if array.dtype != wire or not array.flags.c_contiguous:
             array = np.require(array, dtype=wire, requirements="C")
-        if packed is None:
-            buffers.append(_as_bytes_view(array))
+        buffers.append(_as_bytes_view(array))
         specs.append({"name": name, "dtype": wire_name, "shape": list(array.shape), "nbytes": array.nbytes})
-
-    header_map = {
-        "type": msg_type.value,
-        "sender": msg.sender,
-        "seq": msg.seq,
-        "version": msg.version,
-        "fields": msg.fields,
-        "arrays": specs,
-    }
-    if packed is not None:
-        header_map["packed"] = True
-        buffers = [memoryview(packed.buffer)]
-    header = msgpack.packb(header_map, use_bin_type=True)
-    frames: list[bytes | memoryview] = [PROTOCOL_TAG, header, *buffers]
-    if limits is not None:
-        _check_sizes([len(f) if isinstance(f, bytes) else f.nbytes for f in frames], limits)
-    return frames
+    return specs, buffers
 
 
 def _check_sizes(sizes: Sequence[int], limits: Limits) -> None:
