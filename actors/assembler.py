@@ -171,11 +171,11 @@ def _gather_kernel(rows, num_rows, pool, table, payload):
     for j in range(rows.shape[0]):
         if rows[j] < 0 or rows[j] >= num_rows:
             return -1
-    for f in range(table.shape[0]):
-        source, width, dest = table[f, 0], table[f, 1], table[f, 2]
+    for f in range(table.shape[0]):  # unsigned indices: no negative-index wraparound, so LLVM vectorizes the copy
+        source, width, dest = np.uint64(table[f, 0]), np.uint64(table[f, 1]), np.uint64(table[f, 2])
         for j in range(rows.shape[0]):
-            src = source + rows[j] * width
-            dst = dest + j * width
+            src = source + np.uint64(rows[j]) * width
+            dst = dest + np.uint64(j) * width
             for k in range(width):
                 payload[dst + k] = pool[src + k]
     return 0

@@ -388,3 +388,10 @@ def test_every_carried_observation_dtype_goes_through_the_compiled_assembler(obs
         asm.release(got)
         ref.release(got.tolist())
     assert asm.arrays["obs"].dtype == np.dtype(obs_dtype)
+
+
+def test_gather_packed_refuses_rows_out_of_range() -> None:
+    asm = RowAssembler(num_agents=2, num_rows=6, horizon=3, obs_shape=(5,), obs_dtype="uint8")
+    for rows in ([6], [0, -1]):
+        with pytest.raises(ValueError, match=r"gather_packed takes rows in \[0, 6\), got"):
+            asm.gather_packed(np.array(rows))
