@@ -12,6 +12,7 @@ once, at the host's start, for the largest batch.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -19,7 +20,6 @@ import numba
 import numpy as np
 
 from actors.slot_layout import GroupView
-from envs.base import StepBuffers
 
 _CHOSEN, _THEIRS, _ENDED, _RESET, _TRUNCATED = range(5)
 """Rows of ``StepBatch``'s positions array and of the counts ``_scan`` returns."""
@@ -163,8 +163,6 @@ class StepBatch:
         self.masks = (np.zeros((capacity, 0), dtype=np.uint8) if masks is None
                       else _rows_of_bytes(masks, "action_masks", capacity))
         """[capacity, bytes] uint8 view of the chosen slots' action masks (width 0: the env has none)."""
-        self._slots: StepBuffers | None = None
-        self._inputs: tuple[np.ndarray, ...] = ()
 
     def scan(self, groups: Sequence[GroupView]) -> ScannedBatch:
         """The batch of ``groups`` (each at most once) as their host's StepBuffers hold it now."""
@@ -172,12 +170,13 @@ class StepBatch:
         if n > len(self._ids):
             raise ValueError(f"a batch of {n} slots exceeds this StepBatch's {len(self._ids)}")
         slots = groups[0].slots
-        if slots is not self._slots:
-            self._bind(slots)
+        obs_in, masks_in = _bytes_of(slots.obs), _bytes_of(slots.action_mask)  # per call: none outlives the segment
+        if obs_in.shape[1] != self.obs.shape[1] or masks_in.shape[1] != self.masks.shape[1]:
+            raise ValueError(f"the slots' observations ({obs_in.shape[1]} bytes) and masks ({masks_in.shape[1]}) do "
+                             f"not match this StepBatch's ({self.obs.shape[1]}, {self.masks.shape[1]})")
         starts = self._starts[:len(groups)]
         for k, view in enumerate(groups):
             starts[k] = view.first_slot
-        obs_in, masks_in = self._inputs
         counts = self._counts
         _scan(starts, self.slots_per_group, slots.active, self.learner, slots.terminated, slots.truncated,
               slots.episode_done, slots.rewards, obs_in, masks_in, self._ids, self._agent_ids, self._positions,
@@ -185,23 +184,17 @@ class StepBatch:
         return ScannedBatch(ids=self._ids[:n], agent_ids=self._agent_ids[:counts[_CHOSEN]],
                             positions=self._positions, counts=counts)
 
-    def _bind(self, slots: StepBuffers) -> None:
-        """Byte views of what the scan reads from ``slots`` (the host's StepBuffers), made once per buffers."""
-        total = len(slots.obs)
-        if self.obs.shape[1] != slots.obs[:1].nbytes or self.masks.shape[1] != slots.action_mask[:1].nbytes:
-            raise ValueError(f"the slots' observations ({slots.obs[:1].nbytes} bytes) and masks "
-                             f"({slots.action_mask[:1].nbytes}) do not match this StepBatch's "
-                             f"({self.obs.shape[1]}, {self.masks.shape[1]})")
-        self._inputs = (_rows_of_bytes(slots.obs, "slots' obs", total),
-                        _rows_of_bytes(slots.action_mask, "slots' action_mask", total))
-        self._slots = slots
+
+def _bytes_of(array: np.ndarray) -> np.ndarray:
+    """[len(array), bytes per row] uint8 view of the rows of ``array`` (a copy if it is not contiguous)."""
+    return array.reshape(len(array), math.prod(array.shape[1:])).view(np.uint8)
 
 
 def _rows_of_bytes(array: np.ndarray, name: str, rows: int) -> np.ndarray:
     """[rows, bytes per row] uint8 view of the C-contiguous ``array``'s first ``rows`` rows."""
     if not array.flags.c_contiguous or len(array) < rows:
         raise ValueError(f"{name}: {array.dtype}{list(array.shape)}, expected a contiguous array of >= {rows} rows")
-    return array[:rows].reshape(rows, int(np.prod(array.shape[1:]))).view(np.uint8)
+    return _bytes_of(array[:rows])
 
 
 def _output(outputs: Mapping[str, np.ndarray], name: str, capacity: int, dtype: type) -> np.ndarray:
