@@ -115,11 +115,16 @@ def _as_bytes_view(array: np.ndarray) -> memoryview:
     return memoryview(flat).cast("B")
 
 
+def _packed_start(end: int) -> int:
+    """Where the array after one that ends at byte ``end`` of a packed payload starts."""
+    return -(-end // PACKED_ALIGN) * PACKED_ALIGN
+
+
 def _packed_offsets(sizes: Sequence[int]) -> tuple[list[int], int]:
     """Where each of arrays of ``sizes`` bytes starts in a packed payload, and the payload's length."""
     offsets, end = [], 0
     for nbytes in sizes:
-        start = -(-end // PACKED_ALIGN) * PACKED_ALIGN
+        start = _packed_start(end)
         offsets.append(start)
         end = start + nbytes
     return offsets, end
@@ -398,7 +403,7 @@ def _decode_arrays(specs: list[Any], views: list[memoryview], packed: bool) -> d
     end = 0
     for i, spec in enumerate(specs):
         name, dtype, shape, nbytes = _array_spec(i, spec, seen)
-        start = -(-end // PACKED_ALIGN) * PACKED_ALIGN
+        start = _packed_start(end)
         end = start + nbytes
         if end > len(payload):
             raise ProtocolError("bad_array", f"array '{name}' ends at byte {end} of the packed frame, "
