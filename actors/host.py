@@ -1,8 +1,11 @@
 """The actor host's main loop: one poll, then a short sequence of named steps, until told to stop.
 
 ``actors/wiring.py`` builds every part and hands them here connected: LearnerLink (sockets) -> WorkerPool
-(processes over shared memory) -> GroupStepper (policy, RowAssembler) -> LearnerLink. One poller waits on
-every worker pipe and socket, so the host never busy-waits. Back-pressure: when the learner stops taking
+(processes over shared memory) -> GroupStepper (policy, RowAssembler) -> LearnerLink. The workers' answers come
+through counters in shared memory (``actors/handoff.py``), so a turn that has work makes no system call to learn
+them; it polls the sockets and the worker pipes (env errors, deaths) without waiting, at most every POLL_PERIOD_S.
+A turn that found nothing to do waits in the poll on every worker pipe and socket, with the workers told to write
+to their pipe when they answer, so the host never busy-waits. Back-pressure: when the learner stops taking
 rows, the PUSH socket's high-water mark fills, full rows pile up in the assembler, and once it cannot accept
 another batch the host stops handing out actions, so the env workers pause.
 """
@@ -32,6 +35,9 @@ from protocol import Message, MessageType, PackedArrays
 
 LOG = logging.getLogger("sluice.actors")
 POLL_MS = 20
+"""Longest wait in the poll of a turn after an idle one (a worker's answer, a socket's message end it sooner)."""
+POLL_PERIOD_S = 0.001
+"""While every turn has work, the sockets and worker pipes are polled (without waiting) at most this often."""
 CONTROL_CHECK_S = 0.001
 """The control and weights sockets are read when the poll says they are readable, else at most this often: a loop
 turn that only hands out actions makes no system call for them."""
@@ -102,6 +108,8 @@ class LoopState:
     """Monotonic time the control and weights sockets are next read even if the poll did not mark them."""
     unsent: UnsentRows | None = None
     """A ROWS message the data socket refused (its learner rank went away after the socket said it had room)."""
+    next_poll: float = 0.0
+    """Monotonic time a turn with work next polls the sockets and worker pipes."""
 
 
 class ActorHost:
@@ -147,8 +155,9 @@ class ActorHost:
 
         An ``EnvFailure`` (an env that cannot run, a worker in a crash loop) propagates: ``run_host``'s BYE
         carries it to the learner as the reason the host left."""
+        busy = True
         while not self.stop.is_set():
-            events = dict(self.poller.poll(POLL_MS))
+            events = self._poll(busy)
             self.workers.collect(events, self.state.report)
             now = time.monotonic()
             if self._control_due(now, events):
@@ -168,8 +177,22 @@ class ActorHost:
                     continue
                 if self.alternation is not None:
                     self.alternation.maybe_next(self.stepper.env_steps)
-            self._act_on_ready_groups()
-            self._ship_rows(now)
+            acted = self._act_on_ready_groups()
+            busy = self._ship_rows(now) or acted
+
+    def _poll(self, busy: bool) -> dict:
+        """What the poll marks readable (sockets, worker pipes). After a turn with work: a look without waiting, at
+        most every POLL_PERIOD_S (nothing between: the workers' answers come through the handoff counters). After
+        an idle turn, unless answers came in meanwhile: a wait of up to POLL_MS that a worker's answer ends
+        (``WorkerPool.wait``)."""
+        now = time.monotonic()
+        if not busy and not self.workers.take_answers():
+            self.state.next_poll = now + POLL_PERIOD_S
+            return self.workers.wait(POLL_MS)
+        if now < self.state.next_poll:
+            return {}
+        self.state.next_poll = now + POLL_PERIOD_S
+        return dict(self.poller.poll(0))
 
     def _control_due(self, now: float, events: dict) -> bool:
         """Whether this turn reads the control and weights sockets (and sends a due heartbeat, checks the learner's
@@ -255,30 +278,35 @@ class ActorHost:
         self.state.run_id, self.state.last_reply = registration.run_id, time.monotonic()
         print("actors: registered again", flush=True)
 
-    def _act_on_ready_groups(self) -> None:
+    def _act_on_ready_groups(self) -> bool:
         """Decide for the ready groups (one worker's worth per group at most) and wake their workers, which step
         while the stepper records; nothing is handed out once the assembler could not take the steps
-        (back-pressure)."""
+        (back-pressure). Whether any group was handed out."""
         ready = self.workers.ready
         steps_per_group = self.stepper.steps_per_group
+        acted = False
         while ready and not self.stop.is_set():
             take = min(len(ready), self.groups_per_batch)
             if not self.assembler.can_accept(take * steps_per_group):
-                return
+                break
             batch = [ready.popleft() for _ in range(take)]
             self.stepper.act(batch, self.state.report, wake=self.workers.wake)
+            acted = True
+        return acted
 
-    def _ship_rows(self, now: float) -> None:
-        """Send full rows in blocks while the data socket has room; a block it refused goes first next turn."""
+    def _ship_rows(self, now: float) -> bool:
+        """Send full rows in blocks while the data socket has room; a block it refused goes first next turn.
+        Whether a block was built."""
         rows_per_message = self.sizing.rows
+        built = False
         while self._send_unsent():
             full = self.assembler.full_rows()
             due = full >= rows_per_message or (full > 0 and now - self.state.last_flush > FLUSH_AFTER_S)
             if not due:
-                return
+                return built
             if not self.link.can_send_rows():
                 self.metrics.send_blocked.inc()
-                return
+                return built
             report = self.state.report
             wait_s, step_s = self.workers.read_clocks()
             report.worker_wait_s += wait_s
@@ -291,6 +319,8 @@ class ActorHost:
                               fields=report.fields(len(rows)), arrays=arrays)
             self.state.unsent = UnsentRows(message=message, report=report.take(), rows=len(rows), packed=packed)
             self.state.last_flush = now
+            built = True
+        return built
 
     def _send_unsent(self) -> bool:
         """Send the block built last if it has not gone; whether the data socket took it (True: none waits)."""

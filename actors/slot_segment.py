@@ -1,4 +1,5 @@
-"""The actor host's shared memory: the StepBuffers of every agent slot of the host, and each worker's clock.
+"""The actor host's shared memory: the StepBuffers of every agent slot of the host, each worker's clock, and the
+handoff counters (``actors/handoff.py``).
 
 One segment per host, its arrays in host-wide slot order (``SlotLayout``): worker ``w``'s group ``g`` is the slot
 range from ``layout.first_slot(w, g)``. The host creates (and owns) it; each worker maps it and steps its own groups
@@ -16,6 +17,12 @@ from envs.base import EnvSpec, StepBuffers, step_buffer_fields
 
 CLOCKS = "worker_clocks"
 """Field [workers, 2]: per worker, [seconds waiting for actions, seconds stepping envs], written by that worker."""
+COMMANDS = "handoff_commands"
+"""Field [workers, groups] int64: the host's wakes of each group, counted (``actors/handoff.py``)."""
+ANSWERS = "handoff_answers"
+"""Field [workers, groups] int64: the wake each group's worker answered last with a step."""
+SLEEPING = "handoff_sleeping"
+"""Field [workers + 1] int64: whether each worker, then the host, is about to sleep on its pipe or poll."""
 
 
 def segment_size(env_spec: EnvSpec, layout: SlotLayout) -> int:
@@ -24,22 +31,30 @@ def segment_size(env_spec: EnvSpec, layout: SlotLayout) -> int:
 
 
 def _fields(env_spec: EnvSpec, layout: SlotLayout) -> tuple[list[FieldLayout], int]:
-    return plan_layout(step_buffer_fields(env_spec, layout.total_slots) + [(CLOCKS, (layout.workers, 2), "float64")])
+    handoff = (layout.workers, layout.groups)
+    return plan_layout(step_buffer_fields(env_spec, layout.total_slots)
+                       + [(CLOCKS, (layout.workers, 2), "float64"), (COMMANDS, handoff, "int64"),
+                          (ANSWERS, handoff, "int64"), (SLEEPING, (layout.workers + 1,), "int64")])
 
 
 class SlotSegment:
-    """The host's segment seen as one StepBuffers over every slot plus the workers' clocks."""
+    """The host's segment seen as one StepBuffers over every slot plus the workers' clocks and handoff counters."""
 
     def __init__(self, segment: ShmSegment, env_spec: EnvSpec, layout: SlotLayout) -> None:
         views = segment.views(_fields(env_spec, layout)[0])
         self.segment = segment
         self.name = segment.name
         self.layout = layout
-        self.slots: StepBuffers | None = StepBuffers(**{name: array for name, array in views.items()
-                                                         if name != CLOCKS})
-        """Every slot of the host, in host-wide slot order."""
-        self.clocks: np.ndarray | None = views[CLOCKS]
+        self.clocks: np.ndarray | None = views.pop(CLOCKS)
         """[workers, 2] float64 seconds each worker waited for actions and stepped its envs, accumulated."""
+        self.commands: np.ndarray | None = views.pop(COMMANDS)
+        """[workers, groups] int64 wakes of each group (``actors/handoff.py``)."""
+        self.answers: np.ndarray | None = views.pop(ANSWERS)
+        """[workers, groups] int64 the wake each group answered last."""
+        self.sleeping: np.ndarray | None = views.pop(SLEEPING)
+        """[workers + 1] int64 whether each worker, then the host, is about to sleep."""
+        self.slots: StepBuffers | None = StepBuffers(**views)
+        """Every slot of the host, in host-wide slot order."""
 
     @classmethod
     def create(cls, name: str, env_spec: EnvSpec, layout: SlotLayout) -> "SlotSegment":
@@ -61,5 +76,5 @@ class SlotSegment:
     def close(self) -> None:
         """Drop the views and unmap (the owner also unlinks); other views of it must be dropped first."""
         self.slots = None
-        self.clocks = None
+        self.clocks = self.commands = self.answers = self.sleeping = None
         self.segment.close()

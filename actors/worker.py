@@ -1,8 +1,10 @@
 """Env worker process: steps its env groups straight into their slots of the host's shared memory.
 
 The worker owns ``layout.groups`` groups of envs. Hot path: the host writes actions for group g into
-shared memory and sends the one byte ``g`` on the worker's pipe; the worker steps that group in place and
-answers ``[g, status]`` (plus an encoded ``EnvErrorReport`` for the error statuses): ``actors/worker_channel.py``.
+shared memory and counts the wake in the segment's handoff counters; the worker steps that group in place and
+counts its answer there (``actors/handoff.py``: a worker with nothing to step spins a few microseconds, then sleeps
+on its pipe until the host's ``WAKE``). The error statuses go over the pipe as ``[g, status]`` plus an encoded
+``EnvErrorReport`` (``actors/worker_channel.py``), and so do the first answers after the envs are built and reset.
 Nothing is pickled per step. An env that raises in ``step``, or writes NaN or inf where the host would read it
 (``check_finite``: ``NonFiniteOutput``), is rebuilt and reset (status ENV_RESTARTED; the reset's outputs replace
 the bad ones, so they never reach a row), never taking the worker down; one that cannot be built or reset, or
@@ -26,9 +28,10 @@ import numpy as np
 import threadpoolctl
 
 from actors.env_failures import EnvErrorReport, NonFiniteOutput, check_finite
+from actors.handoff import WorkerHandoff
 from actors.slot_layout import SlotLayout
 from actors.slot_segment import SlotSegment
-from actors.worker_channel import QUIT, STATUS_ENV_RESTARTED, STATUS_FATAL, STATUS_OK, WorkerEnd
+from actors.worker_channel import STATUS_ENV_RESTARTED, STATUS_FATAL, STATUS_OK, WorkerEnd
 from configs.env_config import EnvConfig
 from envs.base import EnvSpec, StepBuffers
 from envs.errors import EnvError, EnvRaised
@@ -120,19 +123,21 @@ def worker_main(spec: WorkerSpec, conn) -> None:  # conn: multiprocess Connectio
             report = EnvErrorReport.from_exception(exc)
             _send_fatal(channel, report.within(f"env worker {spec.worker_id} could not start its env"))
             return
-        spec.priority.limit_threads()
+        handoff = WorkerHandoff(commands=segment.commands, answers=segment.answers, sleeping=segment.sleeping,
+                                worker=spec.worker_id, channel=channel)
+        spec.priority.limit_threads()  # after the handoff's compiled code, which loads a BLAS too
         for g in range(spec.layout.groups):
             channel.reply(g, STATUS_OK)
-        _serve(spec, channel, envs, groups, segment.clocks[spec.worker_id])
+        _serve(spec, handoff, envs, groups, segment.clocks[spec.worker_id])
     finally:
         for env in envs:
             _close_quietly(env)
         segment.close()
 
 
-def _serve(spec: WorkerSpec, channel: WorkerEnd, envs: list, buffers: tuple[StepBuffers, ...],
+def _serve(spec: WorkerSpec, handoff: WorkerHandoff, envs: list, buffers: tuple[StepBuffers, ...],
            clock: np.ndarray) -> None:
-    """The hot loop: step the group the host names, answer with its status, until told to quit.
+    """The hot loop: step the group the host hands over, answer, until told to quit.
 
     ``clock`` (the worker's row of the segment's clocks) accumulates seconds blocked waiting for the host (no group to
     step) and seconds stepping.
@@ -142,10 +147,11 @@ def _serve(spec: WorkerSpec, channel: WorkerEnd, envs: list, buffers: tuple[Step
     label = env_label(spec.env)
     agents_per_env = spec.layout.agents_per_env
     now = time.perf_counter
+    channel = handoff.channel
     while True:
         waited = now()
-        g = channel.next_command()
-        if g is None or g == QUIT:
+        g = handoff.next_group()
+        if g is None:
             return
         stepped = now()
         clock[0] += stepped - waited
@@ -158,7 +164,7 @@ def _serve(spec: WorkerSpec, channel: WorkerEnd, envs: list, buffers: tuple[Step
         else:
             failures_in_a_row[g] = 0
             clock[1] += now() - stepped
-            channel.reply(g, STATUS_OK)
+            handoff.answer(g)
             continue
         failures_in_a_row[g] += 1
         while True:

@@ -1,11 +1,15 @@
 """The byte protocol between the actor host and one env worker over their pipe (a Unix socket pair).
 
-Host -> worker: one byte per command: a group index ``g`` (step group ``g``: its actions are in shared memory) or
-``QUIT``. Worker -> host: one record per answer: ``[g, status]`` for ``STATUS_OK``; for the other statuses
-``[g, status]``, a 4-byte little-endian length, then that many bytes of an encoded ``EnvErrorReport``.
+Host -> worker: one byte per command: ``WAKE`` (look at the handoff counters again: a group waits) or ``QUIT``.
+Worker -> host: one record per answer: ``[g, status]`` for ``STATUS_OK`` and ``STATUS_NUDGE``; for the other
+statuses ``[g, status]``, a 4-byte little-endian length, then that many bytes of an encoded ``EnvErrorReport``.
 
-Both ends call ``os.read``/``os.write`` on the socket's descriptor: one system call per wake, and one per batch of
-waiting replies. (``multiprocess.Connection`` frames each message with a length header: a write, then two reads per
+The hot path does not use the pipe: the host hands out groups and the workers answer through counters in shared
+memory (``actors/handoff.py``); a side writes to the pipe only to wake the other from its sleep (``WAKE``,
+``STATUS_NUDGE``), to report an env error, or to end.
+
+Both ends call ``os.read``/``os.write`` on the socket's descriptor: one system call per command, and one per batch
+of waiting records. (``multiprocess.Connection`` frames each message with a length header: a write, then two reads per
 reply, each through several Python calls.) The ``Connection`` objects stay for the pipe's life cycle: spawning
 passes the worker its end, and closing one is how the other side sees EOF.
 """
@@ -20,16 +24,22 @@ from multiprocess.connection import Connection
 
 QUIT = 255
 """The command that ends the worker (group indices are below it)."""
-MAX_GROUPS = QUIT
-"""Groups a worker may have: each command is one byte."""
+WAKE = 254
+"""The command that wakes a sleeping worker to look at its handoff counters."""
+MAX_GROUPS = WAKE
+"""Groups a worker may have: each command and each record's group is one byte."""
 STATUS_OK = 0
 STATUS_ENV_RESTARTED = 1
 """An env group raised and was rebuilt; the record carries the error's report."""
 STATUS_FATAL = 2
 """The worker cannot go on (its env fails to build or reset); the record carries why."""
+STATUS_NUDGE = 3
+"""Not an answer: the worker answered through the handoff counters while the host slept (its group byte is 0)."""
 READ_BYTES = 1 << 16
 """Most bytes one read takes off the pipe (every reply waiting, in practice)."""
 _LENGTH_BYTES = 4
+_BARE_STATUSES = (STATUS_OK, STATUS_NUDGE)
+"""Statuses whose record is the two bytes alone."""
 _COMMANDS = tuple(bytes([c]) for c in range(256))
 
 
@@ -77,7 +87,7 @@ class HostEnd:
         replies, at = [], 0
         while len(pending) - at >= 2:
             group, status = pending[at], pending[at + 1]
-            if status == STATUS_OK:
+            if status in _BARE_STATUSES:
                 replies.append(Reply(group, status, b""))
                 at += 2
                 continue
@@ -126,7 +136,7 @@ class WorkerEnd:
 
     def reply(self, group: int, status: int, report: bytes = b"") -> None:
         """Answer for ``group``; OSError if the host is gone."""
-        if status == STATUS_OK:
+        if status in _BARE_STATUSES:
             os.write(self.fd, _COMMANDS[group] + _COMMANDS[status])
         else:
             _write_all(self.fd, bytes([group, status]) + len(report).to_bytes(_LENGTH_BYTES, "little") + report)

@@ -2,8 +2,11 @@
 
 The pool creates the host's shared memory (``SlotSegment``: every agent slot of the host, each worker stepping its
 own groups' slot ranges) and gives each worker a duplex pipe, spoken in bytes (``actors/worker_channel.py``). The
-pool registers every pipe in the host's poller; ``collect`` reads the replies of the pipes the poller marked and
-queues the groups that are ready for actions in ``ready``. A worker whose pipe breaks is buried at once (its pipe
+hot path does not use the pipes: ``wake`` counts each group's wake in the segment's handoff counters and
+``take_answers`` collects the groups whose workers answered there (``actors/handoff.py``); a pipe carries a byte only
+to wake a side that sleeps, and the cold path (the first answers after the envs are built, env errors, QUIT, EOF).
+The pool registers every pipe in the host's poller; ``collect`` takes the answers from the counters, reads the
+records of the pipes the poller marked, and queues the groups that are ready for actions in ``ready``. A worker whose pipe breaks is buried at once (its pipe
 leaves the poller, its ready groups are dropped, and so are its agents' partial rows and states, through
 ``on_restart``) and respawned over the same segment after a backoff (RESPAWN_BACKOFF_S, doubling, at most
 RESPAWN_BACKOFF_MAX_S): the respawn is scheduled, and ``collect`` starts it once due, so the host's loop keeps
@@ -38,12 +41,13 @@ import numpy as np
 import zmq
 
 from actors.env_failures import BUILD_TIMEOUT, NON_FINITE, STEP_TIMEOUT, EnvErrorReport, EnvFailure
+from actors.handoff import publish_commands, set_flag, take_answers
 from actors.rows_report import RowsReport
 from actors.shm import segment_name
 from actors.slot_layout import GroupView, SlotLayout
 from actors.stop_flag import StopFlag
 from actors.worker import WorkerPriority, WorkerSpec, worker_main
-from actors.worker_channel import MAX_GROUPS, QUIT, STATUS_ENV_RESTARTED, STATUS_FATAL, HostEnd
+from actors.worker_channel import MAX_GROUPS, QUIT, STATUS_ENV_RESTARTED, STATUS_FATAL, STATUS_NUDGE, WAKE, HostEnd
 from actors.slot_segment import SlotSegment
 from configs.env_config import EnvConfig
 from envs.base import EnvSpec
@@ -148,6 +152,14 @@ class WorkerPool:
         """Every slot of the host in shared memory (``SlotSegment.slots``)."""
         self.views = layout.group_views(self.slots)
         """Every group, worker by worker (``views[w * layout.groups + g]``)."""
+        groups = layout.workers * layout.groups
+        self.seen = np.zeros((layout.workers, layout.groups), dtype=np.int64)
+        """The wake of each group whose answer the host took last (``actors/handoff.py``)."""
+        self.alive = np.zeros(layout.workers, dtype=np.uint8)
+        """Whether each worker's answers count (0 from its burial until its respawn)."""
+        self._answered = np.empty(groups, dtype=np.int64)
+        self._woken = np.empty((2, groups), dtype=np.int64)
+        self._nudge = np.zeros(groups, dtype=np.bool_)
         try:
             for w in range(layout.workers):
                 self.workers.append(self._spawn(WorkerSpec(worker_id=w, env=env_config, env_spec=env_spec,
@@ -164,9 +176,10 @@ class WorkerPool:
         self.stop()
 
     def collect(self, events: dict, report: RowsReport) -> None:
-        """Respawn the dead workers whose backoff is over (EnvFailure for a crash loop), then read the replies on
-        every worker pipe ``events`` (a poll's result) marks readable."""
+        """Respawn the dead workers whose backoff is over (EnvFailure for a crash loop), take the answers from the
+        handoff counters, then read the records on every worker pipe ``events`` (a poll's result) marks readable."""
         self._respawn_due()
+        self.take_answers()
         for fd in events:
             w = self.by_fd.get(fd)
             if w is not None:
@@ -176,18 +189,52 @@ class WorkerPool:
             self.next_watch = now + self.watch_period_s
             self._watch(now, report)
 
+    def take_answers(self) -> int:
+        """Queue in ``ready`` the groups whose workers answered through the handoff counters since the last look;
+        how many."""
+        n = take_answers(self.segment.commands, self.segment.answers, self.seen, self.alive, self._answered)
+        groups = self.layout.groups
+        for flat in self._answered[:n].tolist():
+            w = flat // groups
+            worker = self.workers[w]
+            worker.replies += 1
+            if worker.replies > groups:  # it answered a step: it lives
+                worker.deaths_in_a_row = 0
+            self.woken_at[w, flat - w * groups] = np.inf
+            self.ready.append(self.views[flat])
+        return n
+
+    def wait(self, timeout_ms: int) -> dict:
+        """The host has nothing to do: wait in the poll (every worker pipe, the host's sockets) up to ``timeout_ms``,
+        unless answers came in meanwhile (then ``{}``: they are in ``ready``). Meanwhile the host's sleeping flag is
+        set, so a worker that answers writes to its pipe and ends the wait. What the poll marked readable."""
+        sleeping = self.segment.sleeping
+        set_flag(sleeping, self.layout.workers, 1)
+        try:
+            return {} if self.take_answers() else dict(self.poller.poll(timeout_ms))
+        finally:
+            set_flag(sleeping, self.layout.workers, 0)
+
     def wake(self, groups: Sequence[GroupView]) -> None:
         """Tell the groups' workers their actions are in shared memory (the watchdog's clock starts)."""
         now = time.monotonic()
-        for view in groups:
-            channel = self.workers[view.worker].channel
-            if channel is None:  # buried since its step was collected; its groups are no longer ready
+        n = len(groups)
+        woken = self._woken[:, :n]
+        for k, view in enumerate(groups):
+            woken[0, k] = view.worker
+            woken[1, k] = view.group
+            self.woken_at[view.worker, view.group] = now
+        nudge = self._nudge[:n]
+        if not publish_commands(self.segment.commands, self.segment.sleeping, woken[0], woken[1], nudge):
+            return
+        for w in set(woken[0, nudge].tolist()):
+            channel = self.workers[w].channel
+            if channel is None:  # buried since its step was collected: its respawn starts from fresh counters
                 continue
             try:
-                channel.send(view.group)
+                channel.send(WAKE)
             except OSError:
                 continue  # it died after its step was collected (BrokenPipeError): its pipe's EOF is seen next poll
-            self.woken_at[view.worker, view.group] = now
 
     def read_clocks(self) -> tuple[float, float]:
         """Seconds all workers together waited for actions and stepped envs since the last call."""
@@ -227,6 +274,10 @@ class WorkerPool:
             self.segment = None
 
     def _spawn(self, spec: WorkerSpec) -> WorkerProcess:
+        w = spec.worker_id
+        for counters in (self.segment.commands, self.segment.answers, self.seen):
+            counters[w] = 0
+        self.segment.sleeping[w] = 0
         parent, child = self.context.Pipe(duplex=True)
         process = self.context.Process(target=worker_main, args=(spec, child), daemon=True,
                                        name=f"sluice-env-worker-{spec.worker_id}")
@@ -234,6 +285,7 @@ class WorkerPool:
         child.close()
         groups = self.views[spec.worker_id * self.layout.groups:(spec.worker_id + 1) * self.layout.groups]
         worker = WorkerProcess(spec=spec, groups=groups, process=process, channel=HostEnd(parent))
+        self.alive[spec.worker_id] = 1
         self.building_since[spec.worker_id] = time.monotonic()
         self.by_fd[worker.channel.fd] = spec.worker_id
         self.poller.register(worker.channel.fd, zmq.POLLIN)
@@ -248,6 +300,8 @@ class WorkerPool:
             self._bury(w)
             return
         for reply in replies:
+            if reply.status == STATUS_NUDGE:
+                continue
             worker.replies += 1
             group, status = reply.group, reply.status
             self.woken_at[w, group] = np.inf
@@ -276,6 +330,7 @@ class WorkerPool:
         del self.by_fd[worker.channel.fd]
         worker.channel.close()
         worker.channel = None
+        self.alive[w] = 0
         self.woken_at[w] = np.inf
         self.building_since[w] = np.inf
         self.on_restart(w)

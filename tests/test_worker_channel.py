@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors.worker_channel import (QUIT, STATUS_ENV_RESTARTED, STATUS_FATAL, STATUS_OK, HostEnd, Reply,
-                                   WorkerEnd)
+from actors.worker_channel import (QUIT, STATUS_ENV_RESTARTED, STATUS_FATAL, STATUS_NUDGE, STATUS_OK, WAKE, HostEnd,
+                                   Reply, WorkerEnd)
 
 
 def channel_pair() -> tuple[HostEnd, WorkerEnd]:
@@ -20,9 +20,9 @@ def channel_pair() -> tuple[HostEnd, WorkerEnd]:
 
 def test_commands_reach_the_worker_in_order_and_eof_ends_them() -> None:
     host, worker = channel_pair()
-    for command in (1, 0, QUIT):
+    for command in (WAKE, WAKE, QUIT):
         host.send(command)
-    assert [worker.next_command() for _ in range(3)] == [1, 0, QUIT]
+    assert [worker.next_command() for _ in range(3)] == [WAKE, WAKE, QUIT]
     host.close()
     assert worker.next_command() is None
 
@@ -39,13 +39,15 @@ def test_a_closed_worker_end_reads_as_eof_and_a_send_to_it_fails() -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(replies=st.lists(st.tuples(st.integers(0, 254), st.sampled_from([STATUS_OK, STATUS_ENV_RESTARTED, STATUS_FATAL]),
+@given(replies=st.lists(st.tuples(st.integers(0, 253),
+                                  st.sampled_from([STATUS_OK, STATUS_NUDGE, STATUS_ENV_RESTARTED, STATUS_FATAL]),
                                   st.binary(max_size=300)), min_size=1, max_size=12),
        cuts=st.lists(st.integers(1, 40), max_size=30))
 def test_replies_split_anywhere_come_out_whole_and_in_order(replies, cuts) -> None:
     """What the worker writes, delivered in arbitrary pieces, reads back as the same replies."""
     host, worker = channel_pair()
-    expected = [Reply(group, status, b"" if status == STATUS_OK else report) for group, status, report in replies]
+    expected = [Reply(group, status, b"" if status in (STATUS_OK, STATUS_NUDGE) else report)
+                for group, status, report in replies]
     sink, source = mp.get_context("spawn").Pipe(duplex=True)  # capture the bytes one reply() writes
     capture = WorkerEnd(source)
     for reply in expected:

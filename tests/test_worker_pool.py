@@ -57,7 +57,7 @@ class Pool:
         deadline = time.monotonic() + timeout
         while not until():
             assert time.monotonic() < deadline, "the workers did not get there in time"
-            self.pool.collect(dict(self.poller.poll(100)), self.report)
+            self.pool.collect(self.pool.wait(100), self.report)
             if wake and self.pool.ready:
                 batch = list(self.pool.ready)
                 self.pool.ready.clear()

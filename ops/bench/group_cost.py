@@ -14,6 +14,10 @@ splits it:
   ``--step-us`` (a spin), and answers 2 bytes, the way the host wakes a worker (``actors/worker_channel.py``):
   the host's CPU per round trip (its write, its poll, its read) and the round trip's wall time. A worker asleep
   when its actions arrive costs this however small its group is.
+* ``handoff``: the same round trip the way the host hands a group to a worker now (``actors/handoff.py``): the
+  wake counted in shared memory, a pipe byte only to a process asleep; the answer counted back, the host looking
+  once, then sleeping in its poll until the process's nudge. The process spins ``actors.handoff.SPIN_CHECKS``
+  looks before it sleeps, so a short ``--step-us`` finds it awake and the round trip makes no system call.
 
 Prints one JSON record per measurement round and kind.
 Usage: .venv/bin/python -m ops.bench.group_cost [--config configs/cartpole.yaml ...] [--calls 20000] [--rounds 3]
@@ -29,14 +33,18 @@ import time
 from typing import Any
 
 import multiprocess as mp
+import numpy as np
 
 from actors.assembler import RowAssembler
+from actors.handoff import WorkerHandoff, publish_commands, set_flag, take_answers
 from actors.inference import Inference
 from actors.null_policy import NullInference
 from actors.recurrent_state import AgentStates
 from actors.rows_report import RowsReport
+from actors.shm import ShmSegment, plan_layout, segment_name
 from actors.slot_layout import SlotLayout
 from actors.stepper import GroupStepper
+from actors.worker_channel import WAKE, WorkerEnd
 from configs.loader import ConfigError, load_config
 from configs.schema import RunConfig
 from envs.base import StepBuffers
@@ -49,6 +57,9 @@ DEFAULT_CONFIGS = ("configs/cartpole.yaml", "configs/grid_3agents.yaml")
 QUIT = b"\xff"
 ANSWER_TIMEOUT_MS = 5000
 """Longest wait for the woken process's answer before the bench stops with a message."""
+HANDOFF_FIELDS, HANDOFF_BYTES = plan_layout([("commands", (1, 1), "int64"), ("answers", (1, 1), "int64"),
+                                             ("sleeping", (2,), "int64")])
+"""The handoff counters of one worker with one group, and the host's sleeping flag."""
 
 
 def stepper_of(layout: dict, config: RunConfig, policy: str) -> tuple[GroupStepper, list]:
@@ -134,15 +145,89 @@ def time_wake(calls: int, step_us: float) -> tuple[float, float]:
             _round_trip(fd, poller)
         return time.process_time() - cpu, time.perf_counter() - wall
     finally:
-        try:
-            os.write(fd, QUIT)
-        except OSError:
-            pass  # it is gone already: joined below
-        process.join(timeout=5)
-        if process.is_alive():
-            process.kill()
-            process.join()
+        _quit(fd, process)
         host.close()
+
+
+def _handoff_sleeper(conn, name: str, step_s: float) -> None:  # conn: a multiprocess Connection
+    """Take each group handed over (spinning, then sleeping on the pipe), spin ``step_s``, answer; until QUIT."""
+    segment = ShmSegment.attach(name, HANDOFF_BYTES)
+    arrays = segment.views(HANDOFF_FIELDS)
+    handoff = WorkerHandoff(commands=arrays["commands"], answers=arrays["answers"], sleeping=arrays["sleeping"],
+                            worker=0, channel=WorkerEnd(conn))
+    while (group := handoff.next_group()) is not None:
+        started = time.perf_counter()
+        while time.perf_counter() - started < step_s:
+            pass
+        handoff.answer(group)
+
+
+class HandoffHost:
+    """The host's side of one worker's handoff, as ``WorkerPool`` and the host's loop do it."""
+
+    def __init__(self, arrays: dict[str, Any], fd: int) -> None:
+        self.commands, self.answers, self.sleeping = arrays["commands"], arrays["answers"], arrays["sleeping"]
+        self.fd = fd
+        self.poller = select.poll()
+        self.poller.register(fd, select.POLLIN)
+        self.seen = np.zeros((1, 1), dtype=np.int64)
+        self.alive = np.ones(1, dtype=np.uint8)
+        self.zero = np.zeros(1, dtype=np.int64)
+        self.nudge = np.zeros(1, dtype=np.bool_)
+        self.answered = np.zeros(1, dtype=np.int64)
+
+    def round_trip(self) -> None:
+        """Hand the group over and wait for its answer; SystemExit without one within ANSWER_TIMEOUT_MS."""
+        if publish_commands(self.commands, self.sleeping, self.zero, self.zero, self.nudge):
+            os.write(self.fd, bytes([WAKE]))
+        while not self._answered():
+            set_flag(self.sleeping, 1, 1)
+            try:
+                if self._answered():
+                    return
+                if not self.poller.poll(ANSWER_TIMEOUT_MS) or not os.read(self.fd, 64):
+                    raise SystemExit(f"group_cost: the process handed a group did not answer within "
+                                     f"{ANSWER_TIMEOUT_MS} ms (stopped, or gone)")
+            finally:
+                set_flag(self.sleeping, 1, 0)
+
+    def _answered(self) -> bool:
+        return take_answers(self.commands, self.answers, self.seen, self.alive, self.answered) > 0
+
+
+def time_handoff(calls: int, step_us: float) -> tuple[float, float]:
+    """This process's CPU seconds and the wall seconds of ``calls`` handoff round trips."""
+    context = mp.get_context("spawn")
+    segment = ShmSegment.create(segment_name(os.getpid(), "group_cost"), HANDOFF_BYTES)
+    host, worker = context.Pipe(duplex=True)
+    process = context.Process(target=_handoff_sleeper, args=(worker, segment.name, step_us / 1e6), daemon=True)
+    process.start()
+    worker.close()
+    try:
+        handoff = HandoffHost(segment.views(HANDOFF_FIELDS), host.fileno())
+        for _ in range(min(calls, 100)):  # the process's start, untimed
+            handoff.round_trip()
+        cpu, wall = time.process_time(), time.perf_counter()
+        for _ in range(calls):
+            handoff.round_trip()
+        return time.process_time() - cpu, time.perf_counter() - wall
+    finally:
+        _quit(host.fileno(), process)
+        host.close()
+        handoff = None
+        segment.close()
+
+
+def _quit(fd: int, process: Any) -> None:
+    """Send QUIT and join the process (killed if it lingers)."""
+    try:
+        os.write(fd, QUIT)
+    except OSError:
+        pass  # it is gone already: joined below
+    process.join(timeout=5)
+    if process.is_alive():
+        process.kill()
+        process.join()
 
 
 def bench(path: str, args: argparse.Namespace) -> None:
@@ -191,10 +276,11 @@ def main() -> None:
             parser.error(str(err))
     for round_number in range(1, args.rounds + 1):
         for step_us in args.step_us:
-            cpu_s, wall_s = time_wake(args.calls, step_us)
-            emit({"bench": "group_cost", "kind": "wake", "round": round_number, "calls": args.calls,
-                  "step_us": step_us, "host_cpu_us_per_round_trip": round(1e6 * cpu_s / args.calls, 2),
-                  "wall_us_per_round_trip": round(1e6 * wall_s / args.calls, 2)})
+            for kind, timed in (("wake", time_wake), ("handoff", time_handoff)):
+                cpu_s, wall_s = timed(args.calls, step_us)
+                emit({"bench": "group_cost", "kind": kind, "round": round_number, "calls": args.calls,
+                      "step_us": step_us, "host_cpu_us_per_round_trip": round(1e6 * cpu_s / args.calls, 2),
+                      "wall_us_per_round_trip": round(1e6 * wall_s / args.calls, 2)})
     for path in args.config or DEFAULT_CONFIGS:
         bench(path, args)
 
