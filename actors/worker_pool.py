@@ -6,21 +6,22 @@ hot path does not use the pipes: ``wake`` counts each group's wake in the segmen
 ``take_answers`` collects the groups whose workers answered there (``actors/handoff.py``); a pipe carries a byte only
 to wake a side that sleeps, and the cold path (the first answers after the envs are built, env errors, QUIT, EOF).
 The pool registers every pipe in the host's poller; ``collect`` takes the answers from the counters, reads the
-records of the pipes the poller marked, and queues the groups that are ready for actions in ``ready``. A worker whose pipe breaks is buried at once (its pipe
-leaves the poller, its ready groups are dropped, and so are its agents' partial rows and states, through
-``on_restart``) and respawned over the same segment after a backoff (RESPAWN_BACKOFF_S, doubling, at most
-RESPAWN_BACKOFF_MAX_S): the respawn is scheduled, and ``collect`` starts it once due, so the host's loop keeps
-serving the other workers and the learner meanwhile. Respawns happen only in ``collect``, never between a
+records of the pipes the poller marked, and queues the groups that are ready for actions in ``ready``. A worker
+whose pipe breaks is buried at once (its pipe leaves the poller, its counters stop counting until its respawn zeroes
+them, its ready groups are dropped, and so are its agents' partial rows and states, through ``on_restart``) and
+respawned over the same segment after a backoff (RESPAWN_BACKOFF_S, doubling, at most RESPAWN_BACKOFF_MAX_S): the
+respawn is scheduled, and ``collect`` starts it once due, so the host's loop keeps serving the other workers and
+the learner meanwhile. Respawns happen only in ``collect``, never between a
 ``collect`` and the ``wake`` after it, so a wake never reaches a worker that did not write the step it answers. A
 worker that dies MAX_DEATHS_IN_A_ROW times without completing a single step in between stops the host
 (``EnvFailure`` naming the worker and its last exit cause: exit code, or the signal that killed it), like an env
 that cannot be built. Every send on a pipe tolerates a worker that died a moment ago: its EOF at the next poll
 buries it.
 
-Watchdog: ``wake`` stamps each group it hands actions to, and its reply clears the stamp. Every WATCH_PERIOD_S
+Watchdog: ``wake`` stamps each group it hands actions to, and its answer clears the stamp. Every WATCH_PERIOD_S
 (at most a quarter of the deadline) ``collect`` looks for a worker whose oldest stamped group has waited longer
-than ``env.step_timeout_s`` with nothing left to read on its pipe: stuck in an env step, or stopped (SIGSTOP,
-read from /proc). It logs one line naming the worker, the env and the group, reports it as an env error
+than ``env.step_timeout_s`` with no answer in the counters and nothing left to read on its pipe: stuck in an env
+step, or stopped (SIGSTOP, read from /proc). It logs one line naming the worker, the env and the group, reports it as an env error
 (``STEP_TIMEOUT``, for the learner's log), kills the process and buries it like a dead one, so the respawn's
 backoff and the crash-loop rule apply. A worker's spawn stamps it too, until the replies that follow its groups'
 first reset: one that has not built and reset its envs within ``env.build_timeout_s`` is killed the same way.
