@@ -144,6 +144,8 @@ class WorkerHandoff:
             self.channel.reply(0, STATUS_NUDGE)
 
     def _sleep(self) -> int | None:
+        """Set the sleeping flag, then look once more before each block on the pipe (a ``WAKE`` may be stale: look
+        again); the group, or None on QUIT or EOF. The flag is cleared on the way out."""
         set_flag(self.sleeping, self.worker, 1)
         try:
             while True:

@@ -17,7 +17,9 @@ splits it:
 * ``handoff``: the same round trip the way the host hands a group to a worker now (``actors/handoff.py``): the
   wake counted in shared memory, a pipe byte only to a process asleep; the answer counted back, the host looking
   once, then sleeping in its poll until the process's nudge. The process spins ``actors.handoff.SPIN_CHECKS``
-  looks before it sleeps, so a short ``--step-us`` finds it awake and the round trip makes no system call.
+  looks (about 10 us) before it sleeps: where a wake-up takes longer than that (a small VM), both sides sleep in
+  each round trip, as with the pipe; a side that is still looking when the other's counter comes makes no system
+  call.
 
 Prints one JSON record per measurement round and kind.
 Usage: .venv/bin/python -m ops.bench.group_cost [--config configs/cartpole.yaml ...] [--calls 20000] [--rounds 3]
