@@ -13,8 +13,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from actors.worker_channel import WAKE
 from tests.processes import descendants
 
 pytestmark = pytest.mark.integration
@@ -98,6 +100,10 @@ def test_group_cost_bench_times_the_inference_step_and_the_wake_round_trip() -> 
     assert [r["step_us"] for r in wakes] == [0.0, 20.0]
     assert all(r["host_cpu_us_per_round_trip"] > 0 and r["wall_us_per_round_trip"] > 0 for r in wakes)
     assert wakes[1]["wall_us_per_round_trip"] >= 20  # the woken process's step is inside each round trip
+    handoffs = [r for r in records if r["kind"] == "handoff"]
+    assert [r["step_us"] for r in handoffs] == [0.0, 20.0]
+    assert all(r["host_cpu_us_per_round_trip"] > 0 for r in handoffs) and handoffs[1]["wall_us_per_round_trip"] >= 20
+    assert not list(Path("/dev/shm").glob("sluice_*_group_cost"))
     (act,) = [r for r in records if r["kind"] == "act"]
     assert act["config"] == "configs/cartpole.yaml" and act["slots_per_group"] > 0 and act["calls"] == 200
     assert 0 < act["us_per_agent_step"] < act["us_per_call"] and act["policy"] == "null"
@@ -121,6 +127,24 @@ def test_group_cost_bench_stops_with_a_message_when_the_woken_process_does_not_a
     silent.close()  # gone: writing to it fails
     with pytest.raises(SystemExit, match="the woken process is gone"):
         group_cost._round_trip(host.fileno(), poller)
+    host.close()
+
+
+def test_group_cost_bench_stops_with_a_message_when_the_process_handed_a_group_does_not_answer(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from ops.bench import group_cost
+    monkeypatch.setattr(group_cost, "ANSWER_TIMEOUT_MS", 50)
+    host, silent = socket.socketpair()
+    arrays = {name: np.zeros(shape, dtype=np.int64) for name, shape in
+              (("commands", (1, 1)), ("answers", (1, 1)), ("sleeping", (2,)))}
+    arrays["sleeping"][0] = 1  # asleep: the host writes WAKE, and nobody reads it
+    handoff = group_cost.HandoffHost(arrays, host.fileno())
+    with pytest.raises(SystemExit, match="the process handed a group did not answer within 50 ms"):
+        handoff.round_trip()
+    assert silent.recv(1) == bytes([WAKE]) and arrays["sleeping"][1] == 0
+    silent.close()  # gone: writing to it fails
+    with pytest.raises(SystemExit, match="the process handed a group is gone"):
+        handoff.round_trip()
     host.close()
 
 

@@ -181,7 +181,10 @@ class HandoffHost:
     def round_trip(self) -> None:
         """Hand the group over and wait for its answer; SystemExit without one within ANSWER_TIMEOUT_MS."""
         if publish_commands(self.commands, self.sleeping, self.zero, self.zero, self.nudge):
-            os.write(self.fd, bytes([WAKE]))
+            try:
+                os.write(self.fd, bytes([WAKE]))
+            except OSError as err:
+                raise SystemExit(f"group_cost: the process handed a group is gone ({err.strerror})") from None
         while not self._answered():
             set_flag(self.sleeping, 1, 1)
             try:
