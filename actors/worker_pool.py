@@ -21,9 +21,9 @@ buries it.
 Watchdog: ``wake`` stamps each group it hands actions to, and its answer clears the stamp. Every WATCH_PERIOD_S
 (at most a quarter of the deadline) ``collect`` looks for a worker whose oldest stamped group has waited longer
 than ``env.step_timeout_s`` with no answer in the counters and nothing left to read on its pipe: stuck in an env
-step, or stopped (SIGSTOP, read from /proc). It logs one line naming the worker, the env and the group, reports it as an env error
-(``STEP_TIMEOUT``, for the learner's log), kills the process and buries it like a dead one, so the respawn's
-backoff and the crash-loop rule apply. A worker's spawn stamps it too, until the replies that follow its groups'
+step, or stopped (SIGSTOP, read from /proc). It logs one line naming the worker, the env and the group, reports
+it as an env error (``STEP_TIMEOUT``, for the learner's log), kills the process and buries it like a dead one, so
+the respawn's backoff and the crash-loop rule apply. A worker's spawn stamps it too, until the replies that follow its groups'
 first reset: one that has not built and reset its envs within ``env.build_timeout_s`` is killed the same way.
 """
 
