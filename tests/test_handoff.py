@@ -207,7 +207,7 @@ def test_no_wake_is_lost_and_each_step_is_seen_with_its_answer_across_processes(
             if any_sleeps:
                 host_end.send(WAKE)
             _random_pause(rng)
-            ready = [flat for flat in c.take()]
+            ready = c.take()
             while not ready:
                 set_flag(c.sleeping, 1, 1)
                 ready = c.take()
