@@ -11,6 +11,9 @@ from __future__ import annotations
 import json
 import os
 import platform
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 
 def cpu_model() -> str:
@@ -28,6 +31,21 @@ def cpu_model() -> str:
 def machine() -> str:
     """One line naming the machine a figure came from: CPU model, core count, OS."""
     return f"{cpu_model()}, {os.cpu_count()} cores, {platform.system()} {platform.machine()}"
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """Within: SIGTERM raises KeyboardInterrupt, as Ctrl-C does, so ``finally`` blocks and context managers clean up
+    (processes, temporary folders) on either. The previous handler is restored after."""
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def emit(record: dict) -> None:

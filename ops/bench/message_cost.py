@@ -23,6 +23,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import signal
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -31,7 +33,7 @@ import zmq
 
 from configs.loader import load_config
 from ops.bench.ingest import make_blocks
-from ops.benchlib import emit
+from ops.benchlib import emit, sigterm_as_interrupt
 from protocol import Message, PackedArrays, decode, encode, pack_arrays
 from protocol.sending import send_nonblocking
 
@@ -55,27 +57,47 @@ def packed_copy(message: Message) -> tuple[Message, PackedArrays]:
 
 
 def stream(frames: list, messages: int) -> tuple[float, float]:
-    """CPU-us per message of a forked sender and of this receiver over ``ipc://``: (send, receive)."""
+    """CPU-us per message of a forked sender and of this receiver over ``ipc://``: (send, receive). Whatever ends
+    it (an error, Ctrl-C, SIGTERM under ``sigterm_as_interrupt``), the sender is gone and its folder removed."""
     with tempfile.TemporaryDirectory(prefix="sluice_message_cost_") as folder:
         endpoint = f"ipc://{folder}/rows.sock"
         report_r, report_w = os.pipe()
         pid = os.fork()
-        if pid == 0:  # the sender: its own context, made after the fork
-            os.close(report_r)
-            context = zmq.Context()
-            push = context.socket(zmq.PUSH)
-            push.setsockopt(zmq.SNDHWM, 8)
-            push.connect(endpoint)
-            began = time.process_time()
-            for _ in range(messages):
-                push.send_multipart(frames, copy=False)
-            push.close(linger=-1)
-            context.term()  # waits for every message to leave: the IO thread's work counts
-            os.write(report_w, str(time.process_time() - began).encode())
-            os._exit(0)
+        if pid == 0:
+            _send(endpoint, frames, messages, report_w)
         os.close(report_w)
-        context = zmq.Context()
-        pull = context.socket(zmq.PULL)
+        try:
+            return _receive(endpoint, messages, report_r)
+        finally:
+            os.close(report_r)
+            if os.waitpid(pid, os.WNOHANG) == (0, 0):  # still running: the receiver stopped early
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+
+
+def _send(endpoint: str, frames: list, messages: int, report_w: int) -> None:
+    """The forked sender: its own context, made after the fork; it reports its CPU seconds and exits. It dies of the
+    signals that stop the bench (the parent's handlers would run the parent's code here)."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    context = zmq.Context()
+    push = context.socket(zmq.PUSH)
+    push.setsockopt(zmq.SNDHWM, 8)
+    push.connect(endpoint)
+    began = time.process_time()
+    for _ in range(messages):
+        push.send_multipart(frames, copy=False)
+    push.close(linger=-1)
+    context.term()  # waits for every message to leave: the IO thread's work counts
+    os.write(report_w, str(time.process_time() - began).encode())
+    os._exit(0)
+
+
+def _receive(endpoint: str, messages: int, report_r: int) -> tuple[float, float]:
+    """The receiver's side of ``stream``: every message, then the sender's report."""
+    context = zmq.Context()
+    pull = context.socket(zmq.PULL)
+    try:
         pull.setsockopt(zmq.RCVHWM, 8)
         pull.bind(endpoint)
         pull.recv_multipart(copy=False)  # the connection is up; the clock starts after the first message
@@ -84,8 +106,7 @@ def stream(frames: list, messages: int) -> tuple[float, float]:
             pull.recv_multipart(copy=False)
         recv_s = time.process_time() - began
         send_s = float(os.read(report_r, 64).decode())
-        os.close(report_r)
-        os.waitpid(pid, 0)
+    finally:
         pull.close(linger=0)
         context.term()
     return 1e6 * send_s / messages, 1e6 * recv_s / (messages - 1)
@@ -127,6 +148,15 @@ def main() -> None:
     args = parser.parse_args()
     if args.messages < 2:
         parser.error(f"--messages: 2 at least (the first one is not timed), got {args.messages}")
+    try:
+        with sigterm_as_interrupt():
+            measure(args)
+    except KeyboardInterrupt as stopped:
+        sys.exit(f"message_cost: stopped by {stopped or 'Ctrl-C'}; its sender and temporary folders are gone")
+
+
+def measure(args: argparse.Namespace) -> None:
+    """Every config's records, as ``main``'s options ask."""
     for path in args.configs:
         message = make_blocks(load_config(REPO / path), 0, 0)[0]
         frames = encode(message)

@@ -20,6 +20,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from ops.benchlib import sigterm_as_interrupt
+
 REPO = Path(__file__).resolve().parents[2]
 AGENT_STEPS = re.compile(r"([\d,]+)/[\d.,]+[KMGT]? ")
 """The learner's --plain progress line: ``<agent steps>/<total> ...``."""
@@ -82,16 +84,9 @@ def trained_run(*, config: str, seed: int, seconds: float, port: int,
     """Train ``config`` with ``run.seed=seed`` on ``port`` (and the next three) for ``seconds``; yield the run.
     ``overrides`` are more ``SECTION.KEY=VALUE`` settings for the learner's ``--set`` (applied last, so
     ``trainer.total_timesteps=N`` sets a step budget; the run then ends at whichever comes first)."""
-    previous = signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM cleans up as Ctrl-C does
-    try:
-        with _temporary_run(config=config, seed=seed, seconds=seconds, port=port, overrides=overrides) as run:
-            yield run
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
+    with sigterm_as_interrupt(), _temporary_run(config=config, seed=seed, seconds=seconds, port=port,
+                                                overrides=overrides) as run:
+        yield run
 
 
 @contextmanager
