@@ -54,6 +54,32 @@ def test_pipeline_bench_reports_raw_pipeline_and_inference_figures() -> None:
     assert not descendants(os.getpid())
 
 
+def test_pipeline_bench_times_the_hosts_stages() -> None:
+    before = set(Path("/dev/shm").glob("sluice_*"))
+    (record,) = run_bench("pipeline", "--envs", "synthetic20us", "--async-factor", "2", "--seconds", "1",
+                          "--envs-per-worker", "8", "--pipeline-only", "--host-stages")
+    figures = record["host_stages_cpu_us_per_agent_step"]
+    assert {"poll", "collect", "act.scan", "act.policy", "act.wake", "act.assembler", "ship.gather", "ship.send",
+            "main_thread", "process"} <= figures.keys()
+    assert all(value >= 0 for value in figures.values()) and figures["main_thread"] > 0
+    parts = sum(value for name, value in figures.items() if name not in ("main_thread", "process"))
+    assert parts == pytest.approx(figures["main_thread"], rel=0.2)  # groups of 4 agents: the clock's error shows
+    assert record["host_stages_agent_steps"] > 0 and record["host_stages_clock_us_per_call"] > 0
+    assert not list(Path(tempfile.gettempdir()).glob("sluice_host_stages_*"))
+    assert set(Path("/dev/shm").glob("sluice_*")) <= before
+    assert not descendants(os.getpid())
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--hosts", "2", "--host-stages"], "--profile-host and --host-stages time one host process: leave --hosts out"),
+    (["--profile-host", "x.prof", "--host-stages"], "--profile-host or --host-stages: one at a time")])
+def test_pipeline_bench_refuses_host_stages_it_cannot_time(args: list[str], message: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "ops.bench.pipeline", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 2
+    assert message in done.stderr
+
+
 def test_fixed_costs_bench_fits_per_group_and_per_message_costs() -> None:
     before = set(Path("/dev/shm").glob("sluice_*"))
     records = run_bench("fixed_costs", "--envs", "synthetic20us", "--envs-per-worker", "8", "16",

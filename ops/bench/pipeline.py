@@ -42,14 +42,17 @@ scheduling policy (``python -m actors --worker-scheduler``; batch, the default, 
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing as mp
 import os
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -68,6 +71,7 @@ from learner.serve.control import ControlServer
 from learner.serve.host_sizing import HostSizing
 from learner.serve.ingest_counters import host_timing
 from learner.serve.senders import SenderRegistry
+from ops.bench.host_stages import stages_for
 from ops.benchlib import emit
 from policies.factory import make_policy, state_arrays
 from protocol import Limits, MessageType, ProtocolError, decode
@@ -281,12 +285,13 @@ def _sizing(config: RunConfig, policy: str) -> MessageSizing:
 
 
 def measure_pipeline(config: RunConfig, workers: int, seconds: float, warmup_s: float = 3.0,
-                     profile: str | None = None, policy: str = "null", actor_device: str = "cpu",
+                     host_runner: Sequence[str] = ("-m", "actors"), policy: str = "null", actor_device: str = "cpu",
                      transport: str = "ipc", host_processes: int = 1, worker_nice: int = 0,
                      worker_scheduler: str = "batch") -> dict:
     """Agent steps/s of a real actor host (``policy`` null: uniform random actions; model: the config's policy, its
     initial weights, on ``actor_device``; rows over ``transport``), and what it reports about inference and its
-    workers."""
+    workers. ``host_runner``: the interpreter's arguments that run ``python -m actors`` (or the same under a profiler),
+    before the host's own."""
     net = config.network
     limits = Limits(max_message_bytes=net.max_message_bytes)
     context = zmq.Context()
@@ -316,11 +321,10 @@ def measure_pipeline(config: RunConfig, workers: int, seconds: float, warmup_s: 
     drain = threading.Thread(target=_drain, args=(data, limits, counters, stop), name="sink", daemon=True)
     control.start()
     drain.start()
-    python = [sys.executable] + (["-m", "cProfile", "-o", profile] if profile else [])
     policy_args = ["--null-policy"] if policy == "null" else ["--device", actor_device]
     host_args = ["--hosts", str(host_processes)] if host_processes > 1 else []
     host_args += ["--worker-nice", str(worker_nice), "--worker-scheduler", worker_scheduler]
-    host = subprocess.Popen(python + ["-m", "actors", "--n", str(workers), *host_args, *policy_args, "--learner",
+    host = subprocess.Popen([sys.executable, *host_runner, "--n", str(workers), *host_args, *policy_args, "--learner",
                              f"tcp://127.0.0.1:{control_port}"], cwd=REPO, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
     try:
@@ -406,10 +410,19 @@ def measure_round(record: dict, config: RunConfig, args: argparse.Namespace, rou
         record["load_before_raw"] = round(os.getloadavg()[0], 2)
         record.update(measure_raw(config, args.workers, args.seconds, args.hosts))
     record["load_before_pipeline"] = round(os.getloadavg()[0], 2)
-    record.update(measure_pipeline(config, args.workers, args.seconds, profile=args.profile_host,
-                                   policy=args.policy, actor_device=args.actor_device, transport=args.transport,
-                                   host_processes=args.hosts, worker_nice=args.worker_nice,
-                                   worker_scheduler=args.worker_scheduler))
+    stages = Path(tempfile.gettempdir()) / f"sluice_host_stages_{os.getpid()}.json"
+    host_runner = (["-m", "cProfile", "-o", args.profile_host, "-m", "actors"] if args.profile_host
+                   else ["-m", "ops.bench.host_stages", "--out", str(stages), "--"] if args.host_stages
+                   else ["-m", "actors"])
+    try:
+        record.update(measure_pipeline(config, args.workers, args.seconds, host_runner=host_runner,
+                                       policy=args.policy, actor_device=args.actor_device, transport=args.transport,
+                                       host_processes=args.hosts, worker_nice=args.worker_nice,
+                                       worker_scheduler=args.worker_scheduler))
+        if args.host_stages:
+            record.update(stages_for(json.loads(stages.read_text())))
+    finally:
+        stages.unlink(missing_ok=True)
     if not args.pipeline_only:
         record["pipeline_over_raw"] = round(record["pipeline_agent_steps_per_s"] / record["raw_agent_steps_per_s"], 3)
         record["target"] = TARGETS.get(record["env"])
@@ -452,9 +465,14 @@ def main() -> None:
                         help="the pipeline's env workers' scheduling policy (python -m actors --worker-scheduler)")
     parser.add_argument("--profile-host", metavar="PATH", default=None,
                         help="run the actor host under cProfile, writing PATH (read it with python -m pstats)")
+    parser.add_argument("--host-stages", action="store_true",
+                        help="time each stage of the host's loop in thread CPU (ops.bench.host_stages) and add its "
+                             "CPU-us per agent step to the record")
     args = parser.parse_args()
-    if args.hosts > 1 and args.profile_host:
-        parser.error("--profile-host profiles one host process: leave --hosts out")
+    if args.hosts > 1 and (args.profile_host or args.host_stages):
+        parser.error("--profile-host and --host-stages time one host process: leave --hosts out")
+    if args.profile_host and args.host_stages:
+        parser.error("--profile-host or --host-stages: one at a time")
     keep_freed_memory()  # the sink decodes what the learner's ingest would, tuned as the learner is
     for env in args.envs:
         for async_factor in args.async_factor:

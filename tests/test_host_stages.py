@@ -1,0 +1,59 @@
+"""ops.bench.host_stages's arithmetic: each stage's CPU beyond its children, per agent step, with the clock's own cost
+per timed call taken out of every stage that times calls inside it. (Its run inside the pipeline bench:
+tests/test_bench.py.)"""
+
+from __future__ import annotations
+
+import pytest
+
+from ops.bench.host_stages import STAGES, stages_for
+
+
+def measured(seconds: dict[str, float], calls: dict[str, int], *, clock_s: float = 0.0, clock_inner_s: float = 0.0,
+             steps: int = 1_000_000, process_s: float = 0.0) -> dict:
+    return {"stages": {stage.name: [seconds.get(stage.name, 0.0), calls.get(stage.name, 0)] for stage in STAGES},
+            "agent_steps": steps, "clock_s_per_call": clock_s, "clock_inner_s_per_call": clock_inner_s,
+            "process_cpu_s": process_s}
+
+
+def test_each_stage_is_what_it_spent_beyond_its_children() -> None:
+    seconds = {"loop": 10.0, "poll": 1.0, "collect": 0.5, "act": 6.0, "act.step": 5.5, "act.scan": 1.0,
+               "act.policy": 0.5, "act.wake": 0.75, "act.assembler": 2.0, "ship": 2.0, "ship.gather": 1.0,
+               "ship.send": 0.25}
+    calls = {name: 100 for name in seconds}
+    figures = stages_for(measured(seconds, calls, steps=2_000_000, process_s=12.0))["host_stages_cpu_us_per_agent_step"]
+    us = 1e6 / 2_000_000  # per second of CPU, per agent step
+    assert figures == pytest.approx({
+        "loop.rest": (10.0 - 1.0 - 0.5 - 6.0 - 2.0) * us, "poll": 1.0 * us, "collect": 0.5 * us,
+        "act.rest": 0.5 * us, "act.step.rest": (5.5 - 1.0 - 0.5 - 0.75 - 2.0) * us, "act.scan": 1.0 * us,
+        "act.policy": 0.5 * us, "act.wake": 0.75 * us, "act.assembler": 2.0 * us, "ship.rest": 0.75 * us,
+        "ship.gather": 1.0 * us, "ship.send": 0.25 * us, "main_thread": 10.0 * us, "process": 12.0 * us}, abs=1e-3)
+    assert "act.policy_model" not in figures  # a stage never called (the model policy, here) is left out
+    assert sum(v for k, v in figures.items() if k not in ("main_thread", "process")) == pytest.approx(10.0 * us, abs=2e-3)
+
+
+def test_the_clocks_cost_is_taken_out_of_every_stage_that_times_calls_inside_it() -> None:
+    clock_s, inner_s = 1e-6, 0.4e-6
+    # true work: act.scan 1 s over 1000 calls, act.step 0.5 s of its own, act 0.25 s, loop 0.25 s; each timed call
+    # measures inner_s of its own clock, and adds clock_s to the stage it is nested in (and every ancestor)
+    calls = {"loop": 1, "act": 1000, "act.step": 1000, "act.scan": 1000}
+    seconds = {"act.scan": 1.0 + 1000 * inner_s, "act.step": 1.5 + 1000 * (inner_s + clock_s),
+               "act": 1.75 + 1000 * inner_s + 2000 * clock_s, "loop": 2.0 + inner_s + 3000 * clock_s}
+    result = stages_for(measured(seconds, calls, clock_s=clock_s, clock_inner_s=inner_s, steps=1_000_000,
+                                 process_s=3.0 + 3001 * clock_s))
+    figures = result["host_stages_cpu_us_per_agent_step"]
+    assert figures["act.scan"] == pytest.approx(1.0, abs=1e-3)
+    assert figures["act.step.rest"] == pytest.approx(0.5, abs=1e-3)
+    assert figures["act.rest"] == pytest.approx(0.25, abs=1e-3)
+    assert figures["loop.rest"] == pytest.approx(0.25, abs=1e-3)
+    assert figures["main_thread"] == pytest.approx(2.0, abs=1e-3)
+    assert figures["process"] == pytest.approx(3.0, abs=1e-3)  # the other threads' second stays
+    assert result["host_stages_clock_us_per_call"] == 1.0 and result["host_stages_agent_steps"] == 1_000_000
+
+
+def test_every_stage_but_the_loop_has_a_parent_in_the_tree() -> None:
+    names = [stage.name for stage in STAGES]
+    assert len(set(names)) == len(names) and STAGES[0].parent is None
+    for stage in STAGES[1:]:
+        assert stage.parent in names[:names.index(stage.name)]
+        assert callable(getattr(stage.owner, stage.method))
