@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ops.benchlib import emit
+from ops.benchlib import emit, run_stoppable
 
 REPO = Path(__file__).resolve().parents[2]
 LAYOUTS = (
@@ -97,4 +97,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_stoppable(main)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import zmq
 
-from ops.benchlib import emit
+from ops.benchlib import emit, end_process, run_stoppable
 from protocol.curve import ZapGuard, load_client_curve, load_server_curve
 from protocol.keys import make_key_pair
 
@@ -57,8 +57,8 @@ def measure(size: int, seconds: float, keys: Path | None) -> dict:
     port = sock.bind_to_random_port("tcp://127.0.0.1")
     sender = mp.get_context("spawn").Process(target=_sender, args=(f"tcp://127.0.0.1:{port}", size, seconds,
                                                                      None if keys is None else str(keys)))
-    sender.start()
     try:
+        sender.start()
         warm_until = time.monotonic() + 1.0
         while time.monotonic() < warm_until:
             if sock.poll(100):
@@ -70,9 +70,7 @@ def measure(size: int, seconds: float, keys: Path | None) -> dict:
                 count += 1
         elapsed = time.monotonic() - started
     finally:
-        sender.join(timeout=10)
-        if sender.is_alive():
-            sender.kill()
+        end_process(sender, timeout_s=10)
         sock.close(linger=0)
         if guard is not None:
             guard.stop()
@@ -99,4 +97,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_stoppable(main)

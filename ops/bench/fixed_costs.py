@@ -28,7 +28,7 @@ import numpy as np
 
 from configs.plan import make_plan
 from ops.bench.pipeline import ENVS, bench_config, measure_pipeline
-from ops.benchlib import emit
+from ops.benchlib import emit, run_stoppable
 from protocol.message_memory import keep_freed_memory
 
 KINDS = ("host", "workers", "sink")
@@ -127,4 +127,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_stoppable(main)

@@ -52,7 +52,7 @@ from configs.schema import RunConfig
 from envs.base import StepBuffers
 from envs.rows import row_layout
 from ops.bench.assembler_copy import host_layout
-from ops.benchlib import emit
+from ops.benchlib import emit, end_process, run_stoppable
 from policies.threads import use_threads
 
 DEFAULT_CONFIGS = ("configs/cartpole.yaml", "configs/grid_3agents.yaml")
@@ -206,9 +206,9 @@ def time_handoff(calls: int, step_us: float) -> tuple[float, float]:
     segment = ShmSegment.create(segment_name(os.getpid(), "group_cost"), HANDOFF_BYTES)
     host, worker = context.Pipe(duplex=True)
     process = context.Process(target=_handoff_sleeper, args=(worker, segment.name, step_us / 1e6), daemon=True)
-    process.start()
-    worker.close()
     try:
+        process.start()
+        worker.close()
         handoff = HandoffHost(segment.views(HANDOFF_FIELDS), host.fileno())
         for _ in range(min(calls, 100)):  # the process's start, untimed
             handoff.round_trip()
@@ -229,10 +229,7 @@ def _quit(fd: int, process: Any) -> None:
         os.write(fd, QUIT)
     except OSError:
         pass  # it is gone already: joined below
-    process.join(timeout=5)
-    if process.is_alive():
-        process.kill()
-        process.join()
+    end_process(process, timeout_s=5)
 
 
 def bench(path: str, args: argparse.Namespace) -> None:
@@ -291,4 +288,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_stoppable(main)

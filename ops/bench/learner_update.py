@@ -44,6 +44,7 @@ from learner.ppo.schedules import schedule_for
 from learner.ppo.update import ppo_update
 from learner.update.batch import BatchBuffers, RowBatch, to_batch
 from learner.update.reducer import SINGLE_PROCESS, Reducer
+from ops.benchlib import run_stoppable
 from policies.encoders import encoder_kind
 from policies.factory import make_policy
 
@@ -261,4 +262,4 @@ def encoders_to_time(config, asked: list[str]) -> list[str]:
 
 
 if __name__ == "__main__":
-    main()
+    run_stoppable(main)

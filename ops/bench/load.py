@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
-import sys
 import tempfile
 import time
 from collections import Counter
@@ -28,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import zmq
 
-from ops.benchlib import emit
+from ops.benchlib import emit, end_process, run_stoppable
 from ops.soak.genuine import RegisteredSender  # the soak harness's registered sender and its process stack
 from ops.soak.stack import Stack, StackOptions, read_metrics, rss_kib
 from protocol import encode
@@ -116,10 +115,7 @@ def measure(args: argparse.Namespace, work_dir: Path) -> dict:
         learner_alive = stack.learner().poll() is None
     finally:
         for host in hosts:
-            host.join(timeout=10)
-            if host.is_alive():
-                host.kill()
-                host.join()
+            end_process(host, timeout_s=10)
         leftovers = stack.close()
     return summarise(args, figures, first, last, rss, learner_alive, leftovers)
 
@@ -186,4 +182,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_stoppable(main)

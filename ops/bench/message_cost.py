@@ -24,7 +24,6 @@ import argparse
 import dataclasses
 import os
 import signal
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -33,7 +32,7 @@ import zmq
 
 from configs.loader import load_config
 from ops.bench.ingest import make_blocks
-from ops.benchlib import emit, sigterm_as_interrupt
+from ops.benchlib import emit, run_stoppable
 from protocol import Message, PackedArrays, decode, encode, pack_arrays
 from protocol.sending import send_nonblocking
 
@@ -58,7 +57,7 @@ def packed_copy(message: Message) -> tuple[Message, PackedArrays]:
 
 def stream(frames: list, messages: int) -> tuple[float, float]:
     """CPU-us per message of a forked sender and of this receiver over ``ipc://``: (send, receive). Whatever ends
-    it (an error, Ctrl-C, SIGTERM under ``sigterm_as_interrupt``), the sender is gone and its folder removed."""
+    it (an error, Ctrl-C, SIGTERM under ``run_stoppable``), the sender is gone and its folder removed."""
     with tempfile.TemporaryDirectory(prefix="sluice_message_cost_") as folder:
         endpoint = f"ipc://{folder}/rows.sock"
         report_r, report_w = os.pipe()
@@ -148,15 +147,6 @@ def main() -> None:
     args = parser.parse_args()
     if args.messages < 2:
         parser.error(f"--messages: 2 at least (the first one is not timed), got {args.messages}")
-    try:
-        with sigterm_as_interrupt():
-            measure(args)
-    except KeyboardInterrupt as stopped:
-        sys.exit(f"message_cost: stopped by {stopped or 'Ctrl-C'}; its sender and temporary folders are gone")
-
-
-def measure(args: argparse.Namespace) -> None:
-    """Every config's records, as ``main``'s options ask."""
     for path in args.configs:
         message = make_blocks(load_config(REPO / path), 0, 0)[0]
         frames = encode(message)
@@ -181,4 +171,4 @@ def measure(args: argparse.Namespace) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_stoppable(main)

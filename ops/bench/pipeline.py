@@ -72,7 +72,7 @@ from learner.serve.host_sizing import HostSizing
 from learner.serve.ingest_counters import host_timing
 from learner.serve.senders import SenderRegistry
 from ops.bench.host_stages import stages_for
-from ops.benchlib import emit
+from ops.benchlib import emit, end_process, run_stoppable
 from policies.factory import make_policy, state_arrays
 from protocol import Limits, MessageType, ProtocolError, decode
 from protocol.message_memory import keep_freed_memory
@@ -179,10 +179,7 @@ def measure_raw(config: RunConfig, workers: int, seconds: float, host_processes:
         outcomes = [results.get(timeout=seconds + 60) for _ in procs]
     finally:
         for proc in procs:
-            proc.join(timeout=5)
-            if proc.is_alive():
-                proc.kill()
-                proc.join()
+            end_process(proc, timeout_s=5)
     steps = sum(outcome[0] for outcome in outcomes)
     return {"raw_agent_steps_per_s": round(sum(steps / elapsed for steps, elapsed, _ in outcomes)),
             "env_cpu_us_per_agent_step": round(1e6 * sum(outcome[2] for outcome in outcomes) / max(steps, 1), 3)}
@@ -495,4 +492,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_stoppable(main)
