@@ -23,8 +23,17 @@ SHM = Path("/dev/shm")
 
 
 def started(count: int) -> Callable[[int], bool]:
-    """Ready once the bench has ``count`` processes of its own running."""
-    return lambda pid: len(descendants(pid)) >= count
+    """Ready once the bench has had ``count`` processes of its own running for a second: mid-measurement, not in the
+    instant a process is being started (a stop there can still lose the child, as any Python program can)."""
+    since: list[float] = []
+
+    def ready(pid: int) -> bool:
+        if len(descendants(pid)) < count:
+            since.clear()
+            return False
+        since[:] = since or [time.monotonic()]
+        return time.monotonic() - since[0] >= 1.0
+    return ready
 
 
 def segment_made(pid: int) -> bool:

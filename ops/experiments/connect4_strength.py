@@ -46,7 +46,7 @@ from evaluation import elo
 from evaluation.arena import PolicyPlayer, baseline_player, play_match
 from evaluation.best_snapshot import BEST_DIR, read_best
 from evaluation.ratings import bootstrap_ratings
-from ops.benchlib import emit, machine
+from ops.benchlib import emit, machine, run_stoppable
 from ops.experiments.pipeline_run import trained_run
 
 CONFIG = "selfplay_connect4"
@@ -230,4 +230,4 @@ def main() -> None:
         args.markdown.write_text(markdown_table(trials, args.opponents, args.games))
 
 if __name__ == "__main__":
-    main()
+    run_stoppable(main)

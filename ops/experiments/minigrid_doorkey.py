@@ -23,7 +23,7 @@ import numpy as np
 
 from evaluation.episode_runner import run_episodes
 from evaluation.load_policy import load_policy
-from ops.benchlib import emit
+from ops.benchlib import emit, run_stoppable
 from ops.experiments.pipeline_run import trained_run
 
 ENV_ID = "MiniGrid-DoorKey-8x8-v0"
@@ -101,4 +101,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_stoppable(main)

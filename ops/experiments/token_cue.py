@@ -15,7 +15,7 @@ import json
 from collections.abc import Sequence
 from statistics import mean
 
-from ops.benchlib import emit
+from ops.benchlib import emit, run_stoppable
 from ops.experiments.pipeline_run import trained_run
 
 ENCODERS = ("tokens", "mlp")
@@ -55,4 +55,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_stoppable(main)
