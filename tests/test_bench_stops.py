@@ -46,6 +46,7 @@ BENCHES = {
     "load": (["--hosts", "2", "--seconds", "120"], started(3)),
     "curve_cost": (["--seconds", "120"], started(1)),
     "learner_update": (["--ranks", "2", "--no-compile", "--updates", "100000"], started(2)),
+    "message_cost": (["--configs", "configs/cartpole.yaml", "--messages", "60000", "--rounds", "100"], started(1)),
     "group_cost": (["--config", "configs/cartpole.yaml", "--calls", "20000", "--rounds", "100", "--step-us", "0"],
                    segment_made),
 }
