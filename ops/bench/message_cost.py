@@ -79,17 +79,21 @@ def _send(endpoint: str, frames: list, messages: int, report_w: int) -> None:
     signals that stop the bench (the parent's handlers would run the parent's code here)."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
-    context = zmq.Context()
-    push = context.socket(zmq.PUSH)
-    push.setsockopt(zmq.SNDHWM, 8)
-    push.connect(endpoint)
-    began = time.process_time()
-    for _ in range(messages):
-        push.send_multipart(frames, copy=False)
-    push.close(linger=-1)
-    context.term()  # waits for every message to leave: the IO thread's work counts
-    os.write(report_w, str(time.process_time() - began).encode())
-    os._exit(0)
+    status = 1
+    try:  # whatever happens, the fork ends here: never in its parent's code
+        context = zmq.Context()
+        push = context.socket(zmq.PUSH)
+        push.setsockopt(zmq.SNDHWM, 8)
+        push.connect(endpoint)
+        began = time.process_time()
+        for _ in range(messages):
+            push.send_multipart(frames, copy=False)
+        push.close(linger=-1)
+        context.term()  # waits for every message to leave: the IO thread's work counts
+        os.write(report_w, str(time.process_time() - began).encode())
+        status = 0
+    finally:
+        os._exit(status)
 
 
 def _receive(endpoint: str, messages: int, report_r: int) -> tuple[float, float]:

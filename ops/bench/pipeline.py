@@ -416,6 +416,8 @@ def measure_round(record: dict, config: RunConfig, args: argparse.Namespace, rou
                                        policy=args.policy, actor_device=args.actor_device, transport=args.transport,
                                        host_processes=args.hosts, worker_nice=args.worker_nice,
                                        worker_scheduler=args.worker_scheduler))
+        if args.host_stages and not stages.exists():
+            raise RuntimeError("--host-stages: the actor host ended without writing its stages (was it killed?)")
         if args.host_stages:
             record.update(stages_for(json.loads(stages.read_text())))
     finally:
