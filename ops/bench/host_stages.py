@@ -3,8 +3,8 @@
 ``python -m ops.bench.host_stages --out PATH -- ARGS`` runs ``python -m actors ARGS`` with a thread-CPU clock
 (``time.thread_time``) around each method of the tree below. When the host exits, PATH gets one JSON object: each
 stage's CPU seconds and calls over the whole run (inclusive), the agent steps acted for, the whole process's CPU
-seconds since the loop started, and the clock's own cost per timed call. ``python -m ops.bench.pipeline --host-stages`` runs the host this way
-and adds ``stages_for`` of it to its record.
+seconds since the loop started, and the clock's own cost per timed call. ``python -m ops.bench.pipeline
+--host-stages`` runs the host this way and adds ``stages_for`` of it to its record.
 
 The clock reads cost a microsecond or two per timed call. A stage's figure carries part of that for its own calls and
 all of it for the calls timed inside it: the record takes both out (measured on an empty function at the start).
