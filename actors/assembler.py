@@ -465,15 +465,19 @@ class RowAssembler:
         r = np.asarray(rows, dtype=np.int64).reshape(-1)
         return {name: array[r] for name, array in self.arrays.items()}
 
-    def gather_packed(self, rows: np.ndarray) -> PackedArrays:
-        """What ``gather`` returns, laid out in one fresh buffer as a packed ROWS message carries it (one compiled
-        copy of every field's bytes)."""
+    def gather_packed(self, rows: np.ndarray, into: np.ndarray | None = None) -> PackedArrays:
+        """What ``gather`` returns, laid out as a packed ROWS message carries it (one compiled copy of every field's
+        bytes), in one fresh buffer or at the start of ``into`` (uint8, ``packed_bytes(len(rows))`` at least)."""
         r = np.ascontiguousarray(rows, dtype=np.int64).reshape(-1)
         layout, table = self._packed.get(len(r)) or self._packed_layout(len(r))
-        packed = layout.allocate()
+        packed = layout.allocate(into)
         if _gather_kernel(r, self.num_rows, self._pool, table, packed.buffer) != 0:
             raise ValueError(f"gather_packed takes rows in [0, {self.num_rows}), got {r.min()}..{r.max()}")
         return packed
+
+    def packed_bytes(self, n: int) -> int:
+        """The bytes of ``n`` rows packed."""
+        return (self._packed.get(n) or self._packed_layout(n))[0].total
 
     def _packed_layout(self, n: int) -> tuple[PackedLayout, np.ndarray]:
         """The packed layout of ``n`` rows and the gather kernel's table of it ([fields, 3]: the field's offset in

@@ -26,6 +26,7 @@ from actors.env_failures import EnvErrorReport
 from actors.host_metrics import HostMetrics, HostView
 from actors.learner_link import WAITING_NOTICE_S, LearnerLink, Registration, read_data_endpoints
 from actors.rows_report import RowsReport
+from actors.shared_rows_out import WAIT, SharedRowsOut, Slot
 from actors.stepper import GroupStepper
 from actors.stop_flag import StopFlag
 from actors.worker_pool import WorkerPool
@@ -118,8 +119,10 @@ class ActorHost:
     def __init__(self, *, link: LearnerLink, registration: Registration, network: NetworkSection,
                  sizing: MessageSizing, workers: WorkerPool, stepper: GroupStepper,
                  alternation: OpponentAlternation | None, poller: zmq.Poller, stop: StopFlag,
-                 metrics: HostMetrics) -> None:
+                 metrics: HostMetrics, shared_rows: SharedRowsOut) -> None:
         self.link = link
+        self.shared_rows = shared_rows
+        """The slots ROWS payloads go through to a learner on this machine (when ``link.rows_through_memory``)."""
         self.metrics = metrics
         self.config = registration.config
         """The resolved run config (as registration sent it) that this host was built for."""
@@ -307,16 +310,25 @@ class ActorHost:
             if not self.link.can_send_rows():
                 self.metrics.send_blocked.inc()
                 return built
+            slot = self.shared_rows.take(self.link.token, now) if self.link.rows_through_memory else None
+            if slot is WAIT:
+                self.metrics.send_blocked.inc()
+                return built
             report = self.state.report
             wait_s, step_s = self.workers.read_clocks()
             report.worker_wait_s += wait_s
             report.worker_step_s += step_s
             rows = self.assembler.pop_full(rows_per_message)
-            packed = self.assembler.gather_packed(rows) if self.link.packed_rows else None
-            arrays = self.assembler.gather(rows) if packed is None else packed.arrays
+            fields = report.fields(len(rows))
+            if isinstance(slot, Slot):  # the payload stays in shared memory; the message says where
+                packed = self.assembler.gather_packed(rows, into=slot.buffer)
+                fields["shared"], arrays, packed = slot.ref(packed.layout), {}, None
+            else:
+                packed = self.assembler.gather_packed(rows) if self.link.packed_rows else None
+                arrays = self.assembler.gather(rows) if packed is None else packed.arrays
             self.assembler.release(rows)
             message = Message(type=MessageType.ROWS, sender=self.link.name, version=self.inference.version,
-                              fields=report.fields(len(rows)), arrays=arrays)
+                              fields=fields, arrays=arrays)
             self.state.unsent = UnsentRows(message=message, report=report.take(), rows=len(rows), packed=packed)
             self.state.last_flush = now
             built = True

@@ -75,6 +75,8 @@ class Registration:
     this machine and network namespace: protocol/same_machine.py); the others are reached over TCP."""
     packed_rows: bool = False
     """The learner reads ROWS messages with every array in one frame (REGISTERED's ``packed_rows``)."""
+    shared_rows: bool = False
+    """The learner reads a ROWS message's payload from the host's shared memory (REGISTERED's ``shared_rows``)."""
 
 
 MAX_DATA_ENDPOINTS = 1024
@@ -155,6 +157,10 @@ class LearnerLink:
         self.data: zmq.Socket | None = None
         self.packed_rows = False
         """Whether ROWS go packed (every array in one frame): the learner said it reads them (set per registration)."""
+        self.shared_rows = False
+        """Whether the learner reads ROWS payloads from this host's shared memory (set per registration)."""
+        self.data_endpoint = ""
+        """The learner's data endpoint as it announced it (set per registration)."""
         self.weights: zmq.Socket | None = None
         self.seq = 0
         self.name = f"{socket.gethostname()}:{os.getpid()}-{secrets.token_hex(2)}"
@@ -345,7 +351,8 @@ class LearnerLink:
                             data_endpoints=read_data_endpoints(fields.get("data_endpoints")) or (),
                             data_endpoint=data_endpoint.url,
                             ipc_routes=ipc_routes(fields.get("data_ipc"), machine=machine_identity()),
-                            packed_rows=fields.get("packed_rows", False))
+                            packed_rows=fields.get("packed_rows", False),
+                            shared_rows=fields.get("shared_rows", False))
 
     def open_streams(self, registration: Registration, *, hwm: int, buffer_bytes: int) -> None:
         """Connect the data and weights sockets to the ports the learner advertised; the data socket over ipc:// to
@@ -360,6 +367,8 @@ class LearnerLink:
         self.data_routes: tuple[str, ...] = ()
         self.ipc_routes = dict(registration.ipc_routes)
         self.packed_rows = registration.packed_rows
+        self.shared_rows = registration.shared_rows and registration.packed_rows
+        self.data_endpoint = registration.data_endpoint
         if registration.data_endpoints:
             self.route_data(registration.data_endpoints)
             over_ipc = [self.ipc_routes[url] for url in registration.data_endpoints if url in self.ipc_routes]
@@ -401,6 +410,16 @@ class LearnerLink:
             self.data.disconnect(url)
         self.data_routes = endpoints
         return True
+
+    @property
+    def rows_through_memory(self) -> bool:
+        """Whether ROWS payloads go through this host's shared memory: the learner reads them so, and every learner
+        rank the data socket pushes to is on this machine (reached over ipc://)."""
+        if not self.shared_rows:
+            return False
+        if self.data_routes:
+            return all(url in self.ipc_routes for url in self.data_routes)
+        return self.data_endpoint in self.ipc_routes
 
     def latest_broadcast(self) -> Message | None:
         """Drain the weights socket; returns SHUTDOWN if one came, else the newest WEIGHTS, else None."""

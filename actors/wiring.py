@@ -33,6 +33,7 @@ from actors.learner_link import LearnerLink, Registration
 from actors.opponents import OpponentCache, Opponents
 from actors.pool_client import PoolClient
 from actors.recurrent_state import AgentStates
+from actors.shared_rows_out import SharedRowsOut
 from actors.shm import remove_stale_segments
 from actors.slot_layout import SlotLayout
 from actors.stepper import GroupStepper
@@ -199,12 +200,18 @@ def build_host(registration: Registration, link: LearnerLink, *, options: HostOp
                                                  seed=config.run.seed * 7919 + os.getpid() * 31, poller=poller,
                                                  stop=stop, on_restart=stepper.forget_worker,
                                                  priority=options.worker_priority))
+    shared_rows = SharedRowsOut(slots=2 * sizing.hwm, slot_bytes=assembler.packed_bytes(sizing.rows),
+                                reclaim_s=config.network.peer_timeout_s)
+    resources.callback(shared_rows.close)
+    if link.rows_through_memory:
+        print("actors: rows stay in shared memory for the learner on this machine", flush=True)
     policy = ", null policy (uniform random actions)" if options.null_policy else f", policy on {options.device}"
     print(f"actors: {layout.workers} workers x {layout.envs_per_worker} envs ({layout.groups} groups) of "
           f"{config.env.name}{policy}, up to {sizing.rows} rows per message, learner {options.learner.url} "
           f"(as {link.name}{', rows to ' + ', '.join(link.data_routes) if link.data_routes else ''})", flush=True)
     return ActorHost(link=link, registration=registration, network=config.network, sizing=sizing, workers=workers,
-                     stepper=stepper, alternation=alternation, poller=poller, stop=stop, metrics=metrics)
+                     stepper=stepper, alternation=alternation, poller=poller, stop=stop, metrics=metrics,
+                     shared_rows=shared_rows)
 
 
 def _opponent_alternation(config: RunConfig, spec: EnvSpec, layout: SlotLayout, *, endpoint: Endpoint,

@@ -236,6 +236,9 @@ class NetworkSection:
     """Kernel send/receive buffer of the data sockets; bounds what hides in TCP below the high-water mark."""
     same_machine_ipc: bool = True
     """Actor hosts on the learner's machine (same boot and network namespace) send rows over ipc:// instead of TCP."""
+    shared_memory_rows: bool = True
+    """With same_machine_ipc, those hosts leave each message's rows in a shared-memory slot the learner reads them
+    from, and send only where they lie (protocol/shared_rows.py)."""
     max_message_bytes: Annotated[int, Range(low=1024)] = 1 << 28
     """Largest message accepted on any socket."""
     max_abs_value: PositiveFloat = 1e6

@@ -19,6 +19,7 @@ from .framing import (
     decode,
     encode,
     pack_arrays,
+    unpack_payload,
 )
 from .messages import (
     OPTIONAL_FIELDS,
@@ -56,6 +57,7 @@ __all__ = [
     "encode",
     "is_loopback",
     "pack_arrays",
+    "unpack_payload",
     "parse_endpoint",
     "validate_fields",
 ]

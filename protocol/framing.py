@@ -46,6 +46,7 @@ __all__ = [
     "decode",
     "encode",
     "pack_arrays",
+    "unpack_payload",
 ]
 
 PROTOCOL_NAME = "sluice"
@@ -182,10 +183,16 @@ class PackedLayout:
         return cls(names=tuple(name for name, _, _ in layout), dtypes=dtypes, shapes=shapes, offsets=tuple(offsets),
                    total=total, specs=specs)
 
-    def allocate(self) -> PackedArrays:
+    def allocate(self, into: np.ndarray | None = None) -> PackedArrays:
         """Uninitialised arrays of this layout in one fresh buffer (its padding zeroed): fill them, then pass them to
-        :func:`encode` with ``packed``."""
-        buffer = np.empty(self.total, dtype=np.uint8)
+        :func:`encode` with ``packed``. ``into``: a uint8 buffer of ``total`` bytes at least to lay them out in
+        instead (a shared-memory slot, protocol/shared_rows.py)."""
+        if into is None:
+            buffer = np.empty(self.total, dtype=np.uint8)
+        elif into.dtype != np.uint8 or into.ndim != 1 or len(into) < self.total:
+            raise ValueError(f"allocate(into=...) needs a uint8 buffer of {self.total} bytes at least")
+        else:
+            buffer = into[:self.total]
         arrays: dict[str, np.ndarray] = {}
         end = 0
         for name, dtype, shape, start in zip(self.names, self.dtypes, self.shapes, self.offsets):
@@ -412,6 +419,14 @@ def _decode_arrays(specs: list[Any], views: list[memoryview], packed: bool) -> d
     if end != len(payload):
         raise ProtocolError("bad_array", f"the packed frame has {len(payload)} bytes, its arrays end at {end}")
     return arrays
+
+
+def unpack_payload(specs: Any, payload: memoryview) -> dict[str, np.ndarray]:
+    """The arrays a packed payload that did not come in a frame holds (a shared-memory slot, protocol/shared_rows.py),
+    as views of it; ``specs``: their descriptors, checked as a header's are. Raises :class:`ProtocolError` only."""
+    if not isinstance(specs, list):
+        raise ProtocolError("bad_header", f"array descriptors must be a list, got {type(specs).__name__}")
+    return _decode_arrays(specs, [payload], True)
 
 
 def decode(frames: Sequence[FrameLike], limits: Limits = Limits()) -> Message:

@@ -108,10 +108,11 @@ REQUIRED_FIELDS: dict[MessageType, dict[str, type]] = {
 #: msgpack-native) so that additive changes stay compatible.
 OPTIONAL_FIELDS: dict[MessageType, dict[str, type]] = {
     MessageType.REGISTER: {"metrics_address": str, "session": str},
-    MessageType.REGISTERED: {"token": str, "data_endpoints": list, "data_ipc": dict, "packed_rows": bool},
+    MessageType.REGISTERED: {"token": str, "data_endpoints": list, "data_ipc": dict, "packed_rows": bool,
+                             "shared_rows": bool},
     MessageType.HEARTBEAT: {"env_error": dict, "token": str},
     MessageType.HEARTBEAT_ACK: {"run_id": str, "data_endpoints": list},
-    MessageType.ROWS: {"episode_stats": dict, "env_restarts": int, "host_stats": dict, "token": str},
+    MessageType.ROWS: {"episode_stats": dict, "env_restarts": int, "host_stats": dict, "token": str, "shared": dict},
     MessageType.BYE: {"reason": str},
     MessageType.ERROR: {"refused": str, "refused_seq": int},
 }
@@ -130,6 +131,9 @@ that sees the very socket file, pushes there instead (all ranks' routes come at 
 when it is not a clean stop (e.g. a worker that crashes in a loop); absent for a normal goodbye.
 ``REGISTERED.packed_rows``: the learner reads ROWS messages packed (every array in one frame,
 protocol/framing.py); a host sends them so only to a learner that says so (an older one refuses them).
+``REGISTERED.shared_rows``: the learner reads a ROWS message's packed payload from a shared-memory slot of the host's
+that the message's ``shared`` field names (protocol/shared_rows.py); a host whose every data route is ipc:// (the
+learner's machine) sends them so, the message then has no array frame.
 ``ERROR.refused``: the type of the message the error answers, when the learner could decode it (a host registering
 again reads a late refusal of its last heartbeat as that, not as a refusal of its REGISTER); ``ERROR.refused_seq``:
 that message's ``seq`` (a host ignores refusals of heartbeats it sent before its current registration)."""

@@ -31,7 +31,7 @@ UPDATE_SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.
 LAG_BUCKETS = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64, 128)
 ROW_DROP_REASONS = ("stale", "future")
 COMMON_DROP_REASONS = ("not_registered", "identity_mismatch", "too_large", "bad_field", "non_finite", "absurd_value",
-                       "bad_action", "bad_flag", "unexpected_type", "host_left")
+                       "bad_action", "bad_flag", "unexpected_type", "host_left", "bad_shared")
 """Drop reasons whose counters exist at 0 from the start (others appear when first counted), so rate() over
 them works before the first drop."""
 UPDATE_GAUGES = {

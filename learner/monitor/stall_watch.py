@@ -29,6 +29,8 @@ REASON_HINTS = {
                       "next heartbeat",
     "non_finite": "an env or policy emits NaN or inf",
     "identity_mismatch": "rows arrive under another CURVE key than their registration's",
+    "bad_shared": "a host's rows in shared memory cannot be read (set network.shared_memory_rows=false to send them "
+                  "in the messages)",
 }
 """What a refusal reason usually means, for the stall line."""
 QUIET_SHARE = 0.5

@@ -18,9 +18,11 @@ registered stays a refusal (not_registered).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
+import time
 from collections import OrderedDict
 from pathlib import Path
 from typing import Protocol
@@ -36,6 +38,7 @@ from learner.serve.control import curve_key_of
 from learner.serve.ingest_counters import HOST_LEFT, IngestCounters
 from learner.serve.row_checks import HostReport, RowRules, check_rows, read_report
 from learner.serve.senders import Sender, SenderRegistry
+from learner.serve.shared_rows_reader import SharedRowsReader
 from protocol.curve import ServerCurve
 from protocol import Limits, Message, MessageType, ProtocolError, check_arrays, decode
 from protocol.reject_log import RejectLog, peer_text
@@ -64,10 +67,13 @@ class Ingest(threading.Thread):
                  state_size: int, max_policy_lag: int, hwm: int, buffer_bytes: int, limits: Limits,
                  stop: threading.Event, registry: SenderRegistry, rows_per_message: int, max_abs_value: float,
                  curve: ServerCurve | None = None, observer: IngestObserver | None = None,
-                 team_rows: bool = False, pinned: bool = False, ipc_path: Path | None = None) -> None:
+                 team_rows: bool = False, pinned: bool = False, ipc_path: Path | None = None,
+                 shared_rows: bool = False) -> None:
         """``team_rows``: rows hold one env's agents together (COMA, ``protocol.rows``); ``pinned``: the batch
         buffers in page-locked host memory (needs CUDA), for a learner that trains on a GPU; ``ipc_path``: the same
-        socket also bound at ``ipc://ipc_path``, for actor hosts on this machine (protocol/same_machine.py)."""
+        socket also bound at ``ipc://ipc_path``, for actor hosts on this machine (protocol/same_machine.py);
+        ``shared_rows``: with ``ipc_path``, hosts there may leave their rows in shared memory
+        (protocol/shared_rows.py)."""
         super().__init__(name="ingest", daemon=True)
         self.observer = observer
         self.layout = row_layout(env, horizon=horizon, state_size=state_size, team=team_rows)
@@ -101,6 +107,8 @@ class Ingest(threading.Thread):
         self.socket.bind(endpoint)
         self.ipc: IpcRoute | None = None if ipc_path is None else bind_ipc(self.socket, ipc_path)
         """Where the socket also listens for hosts on this machine, announced in REGISTERED (None: TCP only)."""
+        self.shared = SharedRowsReader(registry) if shared_rows and self.ipc is not None else None
+        """The hosts' shared-memory rows segments (None: rows come in the messages only)."""
         self.error: BaseException | None = None
 
     def resume_totals(self, *, env_steps: int, agent_steps: int, episodes: int,
@@ -134,6 +142,8 @@ class Ingest(threading.Thread):
             self.socket.close(linger=0)
             if self.ipc is not None:
                 remove_ipc_file(self.ipc)
+            if self.shared is not None:
+                self.shared.close()
 
     def _loop(self) -> None:
         index, filled = None, 0
@@ -143,12 +153,24 @@ class Ingest(threading.Thread):
             if index is None:
                 index, filled = self.slots.next_free(POLL_MS / 1000), 0
                 continue
+            if self.shared is not None:
+                self.shared.sweep(time.monotonic())
             if not poller.poll(POLL_MS):
                 continue
             frames = self.socket.recv_multipart(copy=False)
-            rows = self._accept(frames)
-            if rows is None:
-                continue
+            try:
+                index, filled = self._take(frames, index, filled)
+            finally:
+                if self.shared is not None:
+                    self.shared.release()  # the rows are copied out (or dropped): the host may fill the slot again
+            if index is None:
+                return
+
+    def _take(self, frames: list, index: int, filled: int) -> tuple[int | None, int]:
+        """Accept one message's rows into the batch buffer ``index`` holding ``filled`` rows, and into the next one
+        when it fills; the buffer being filled then, and its rows (None: stopped while waiting for a free one)."""
+        rows = self._accept(frames)
+        if rows is not None:
             buffer = self.slots.buffers[index].arrays
             start = 0
             total = len(rows["versions"])
@@ -162,11 +184,13 @@ class Ingest(threading.Thread):
                 if filled == self.segments:
                     self.slots.mark_full(index)
                     # Rows left over from this block go to the next buffer when one is free.
-                    index, filled = self._next_buffer(), 0
+                    next_index, filled = self._next_buffer(), 0
                     self.filled_rows = filled
-                    if index is None:
-                        return
+                    if next_index is None:
+                        return None, 0
+                    index = next_index
                     buffer = self.slots.buffers[index].arrays  # the leftover rows go there, not into the full one
+        return index, filled
 
     def _next_buffer(self) -> int | None:
         while not self.stop.is_set():
@@ -185,7 +209,7 @@ class Ingest(threading.Thread):
         try:
             message = decode(frames, self.limits)
             sender = message.sender
-            report = self._check(message, frames)
+            message, report = self._check(message, frames)
         except ProtocolError as err:
             gone = self._gone(err, message, frames)
             if gone is not None:
@@ -208,12 +232,15 @@ class Ingest(threading.Thread):
             return dict(message.arrays)
         return {name: array[fresh] for name, array in message.arrays.items()}
 
-    def _check(self, message: Message, frames: list) -> HostReport:
-        """What a decoded message reports, once it proved to be ROWS from a registered host with valid content;
-        ProtocolError naming the first thing wrong otherwise (cheap checks first)."""
+    def _check(self, message: Message, frames: list) -> tuple[Message, HostReport]:
+        """The message with its arrays (read from shared memory when its ``shared`` field names them there), and
+        what it reports, once it proved to be ROWS from a registered host with valid content; ProtocolError naming
+        the first thing wrong otherwise (cheap checks first)."""
         if message.type is not MessageType.ROWS:
             raise ProtocolError("unexpected_type", f"data socket accepts rows, got {message.type.value}")
         sender = self._sender(message, frames)
+        if "shared" in message.fields:
+            message = dataclasses.replace(message, arrays=self._shared_arrays(message, sender))
         num_rows = message.fields["num_rows"]
         if num_rows > self.rules.rows_per_message:
             raise ProtocolError("too_large", f"num_rows {num_rows} is more than the {self.rules.rows_per_message} "
@@ -224,7 +251,16 @@ class Ingest(threading.Thread):
         if num_rows != len(message.arrays["versions"]):
             raise ProtocolError("bad_field", f"num_rows {num_rows} but {len(message.arrays['versions'])} rows sent")
         check_rows(message.arrays, self.rules)
-        return read_report(message, sender=sender, rules=self.rules, stat_names=self.stat_names)
+        return message, read_report(message, sender=sender, rules=self.rules, stat_names=self.stat_names)
+
+    def _shared_arrays(self, message: Message, sender: Sender) -> dict[str, np.ndarray]:
+        """The arrays of a message whose payload lies in its host's shared memory (held until released)."""
+        if self.shared is None:
+            raise ProtocolError("bad_shared", "rows through shared memory go to a learner on the host's machine that "
+                                              "announced shared_rows; this data socket reads them from the message")
+        if message.arrays:
+            raise ProtocolError("bad_shared", "a message whose payload is in shared memory has no array frame")
+        return self.shared.arrays(message.fields["shared"], sender)
 
     def _gone(self, err: ProtocolError, message: Message | None, frames: list) -> Sender | None:
         """The registration, now gone, whose token a not_registered message carries (under the CURVE key it
@@ -258,7 +294,8 @@ def open_ingest(config: RunConfig, spec: EnvSpec, *, context: zmq.Context, endpo
                 observer: IngestObserver | None = None, pinned: bool = False, rank: int | None = None) -> Ingest:
     """The ingest of a run's config: ``segments`` rows per batch (a learner rank's share under torchrun), bound at
     ``endpoint`` with the config's network limits; ``pinned`` host buffers when the learner trains on a GPU; with
-    ``rank`` and network.same_machine_ipc, also bound at ipc:///tmp/sluice_<pid>_data<rank>."""
+    ``rank`` and network.same_machine_ipc, also bound at ipc:///tmp/sluice_<pid>_data<rank>, where hosts leave their
+    rows in shared memory with network.shared_memory_rows."""
     net = config.network
     ipc_path = data_ipc_path(os.getpid(), rank) if rank is not None and net.same_machine_ipc else None
     sizing = message_sizing(config, run_row_layout(config, spec, state_size=state_size))
@@ -268,4 +305,5 @@ def open_ingest(config: RunConfig, spec: EnvSpec, *, context: zmq.Context, endpo
                   buffer_bytes=net.socket_buffer_bytes, limits=Limits(max_message_bytes=net.max_message_bytes),
                   stop=stop, registry=registry, rows_per_message=sizing.rows,
                   max_abs_value=net.max_abs_value, curve=curve, observer=observer,
-                  team_rows=config.trainer.algorithm == "coma", pinned=pinned, ipc_path=ipc_path)
+                  team_rows=config.trainer.algorithm == "coma", pinned=pinned, ipc_path=ipc_path,
+                  shared_rows=net.shared_memory_rows)

@@ -83,6 +83,8 @@ def bind_serving(config: RunConfig, spec: EnvSpec, addresses: LearnerAddresses, 
         own = {} if ingest.ipc is None else {url: ingest.ipc.to_field() for url in
                                              (addresses.data.url, *(routing.endpoints[:1] if routing else ()))}
         registration["data_ipc"] = {**(rank_ipc or {}), **own}
+    if ingest.shared is not None:
+        registration["shared_rows"] = True  # hosts reaching it over ipc leave their rows in shared memory
     with binding(addresses.weights):
         publisher = WeightsPublisher(context=context, endpoint=addresses.weights.url, curve=curve)
     return Serving(control=control, ingest=ingest, publisher=publisher)

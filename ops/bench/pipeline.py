@@ -22,9 +22,11 @@ time env workers wait for actions; the ROWS messages received per second (``mess
 process kind, which is where the overhead goes. ``ops.bench.fixed_costs`` sweeps group and message sizes over this
 pipeline and splits each process kind's cost into per group, per message and per agent step.
 
-``--transport ipc`` (the default: what a learner on the host's machine gives it) has the sink announce an
-``ipc://`` route for its data socket as the learner does (protocol/same_machine.py), ``--transport tcp`` leaves rows on
-TCP over loopback; the record names the transport, checked against the connection the sink accepted.
+``--transport shm`` (the default: what a learner on the host's machine gives it) has the sink announce an ``ipc://``
+route for its data socket (protocol/same_machine.py) and read rows from the host's shared memory
+(protocol/shared_rows.py) as the learner does; ``--transport ipc`` sends the rows in the messages over that route,
+``--transport tcp`` over TCP on loopback. The record names the transport, checked against the connection the sink
+accepted and the messages it read. The sink copies each message's rows once, as the ingest copies them into its batch.
 
 ``--policy model`` runs the run config's real policy instead (its initial weights; the gridworld's is a CNN, the
 ``spread`` env's an MLP with box actions, which the host runs as its NumPy twin), and
@@ -32,7 +34,7 @@ TCP over loopback; the record names the transport, checked against the connectio
 
 Usage: .venv/bin/python -m ops.bench.pipeline [--envs cartpole grid3 grid24 synthetic20us] [--workers 2]
 [--envs-per-worker N] [--async-factor 1 2] [--seconds 10] [--policy null|model] [--actor-device cpu|cuda]
-[--transport ipc|tcp] [--hosts K] [--worker-nice N] [--worker-scheduler batch|normal]
+[--transport shm|ipc|tcp] [--hosts K] [--worker-nice N] [--worker-scheduler batch|normal]
 
 ``--worker-nice N`` runs the pipeline's env workers at N added niceness (``python -m actors --worker-nice``): the
 host's loop then gets the CPU before them when every core is busy. ``--worker-scheduler`` sets their Linux
@@ -53,12 +55,10 @@ import threading
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import zmq
-from zmq.utils.monitor import recv_monitor_message
 
 from actors.cli import WORKER_SCHEDULERS
 from configs.loader import config_to_dict, load_config
@@ -72,9 +72,10 @@ from learner.serve.host_sizing import HostSizing
 from learner.serve.ingest_counters import host_timing
 from learner.serve.senders import SenderRegistry
 from ops.bench.host_stages import stages_for
+from ops.bench.pipeline_sink import Sink, accepted_transports
 from ops.benchlib import emit, end_process, run_stoppable
 from policies.factory import make_policy, state_arrays
-from protocol import Limits, MessageType, ProtocolError, decode
+from protocol import Limits
 from protocol.message_memory import keep_freed_memory
 from protocol.same_machine import bind_ipc, data_ipc_path, remove_ipc_file
 
@@ -92,7 +93,7 @@ ENVS: dict[str, tuple[str, list[str]]] = {
 DEFAULT_ENVS = ("cartpole", "grid3", "grid24", "synthetic20us")
 """What a run without --envs measures."""
 TARGETS = {"synthetic20us": 0.8, "grid3": 0.5, "grid24": 0.5}
-TRANSPORTS = ("ipc", "tcp")
+TRANSPORTS = ("shm", "ipc", "tcp")
 """How rows reach the sink: over the unix socket a learner on the host's machine offers, or TCP over loopback."""
 ACTIONS_CYCLE = 64
 
@@ -187,53 +188,6 @@ def measure_raw(config: RunConfig, workers: int, seconds: float, host_processes:
 
 # -- pipeline: a real actor host with the null policy, and a sink that stands in for the learner -----------
 
-@dataclass
-class SinkCounters:
-    """What the sink has received (guarded by ``lock``)."""
-
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    messages: int = 0
-    rejected: int = 0
-    rows: int = 0
-    bytes: int = 0
-    agent_steps: int = 0
-    env_steps: int = 0
-    host_stats: dict[str, float] = field(default_factory=dict)
-
-    def snapshot(self) -> dict:
-        with self.lock:
-            return {"messages": self.messages, "rejected": self.rejected, "rows": self.rows, "bytes": self.bytes,
-                    "agent_steps": self.agent_steps, "env_steps": self.env_steps,
-                    "host_stats": dict(self.host_stats)}
-
-
-def _drain(socket: zmq.Socket, limits: Limits, counters: SinkCounters, stop: threading.Event) -> None:
-    """Receive and decode every ROWS message (what the learner's ingest does before copying), count it."""
-    poller = zmq.Poller()
-    poller.register(socket, zmq.POLLIN)
-    while not stop.is_set():
-        if not poller.poll(100):
-            continue
-        frames = socket.recv_multipart(copy=False)
-        nbytes = sum(len(f.buffer) for f in frames)
-        try:
-            message = decode(frames, limits)
-        except ProtocolError:
-            with counters.lock:
-                counters.rejected += 1
-            continue
-        if message.type is not MessageType.ROWS:
-            continue
-        with counters.lock:
-            counters.messages += 1
-            counters.bytes += nbytes
-            counters.rows += message.fields["num_rows"]
-            counters.agent_steps += message.fields["agent_steps"]
-            counters.env_steps += message.fields["env_steps"]
-            for name, value in message.fields.get("host_stats", {}).items():
-                counters.host_stats[name] = counters.host_stats.get(name, 0.0) + value
-
-
 def _cpu_seconds(pid: int) -> float:
     """user + system CPU seconds of one live process (0 when it is gone)."""
     try:
@@ -263,16 +217,6 @@ def _cpu_split(host_pid: int, host_processes: int = 1) -> dict[str, float]:
             "workers": sum(_cpu_seconds(w) for p in hosts for w in _children(p)), "sink": time.process_time()}
 
 
-def _accepted_transports(monitor: zmq.Socket) -> set[str]:
-    """The schemes (tcp, ipc) of the sink's endpoints that accepted a connection, from its monitor's events."""
-    schemes: set[str] = set()
-    while monitor.poll(0):
-        event = recv_monitor_message(monitor)
-        if event["event"] == zmq.EVENT_ACCEPTED:
-            schemes.add(event["endpoint"].decode().partition("://")[0])
-    return schemes
-
-
 def _sizing(config: RunConfig, policy: str) -> MessageSizing:
     """Rows per message and the data sockets' high-water mark, as host and learner derive them for this host's
     rows (envs.rows.message_sizing)."""
@@ -283,7 +227,7 @@ def _sizing(config: RunConfig, policy: str) -> MessageSizing:
 
 def measure_pipeline(config: RunConfig, workers: int, seconds: float, warmup_s: float = 3.0,
                      host_runner: Sequence[str] = ("-m", "actors"), policy: str = "null", actor_device: str = "cpu",
-                     transport: str = "ipc", host_processes: int = 1, worker_nice: int = 0,
+                     transport: str = "shm", host_processes: int = 1, worker_nice: int = 0,
                      worker_scheduler: str = "batch") -> dict:
     """Agent steps/s of a real actor host (``policy`` null: uniform random actions; model: the config's policy, its
     initial weights, on ``actor_device``; rows over ``transport``), and what it reports about inference and its
@@ -299,9 +243,9 @@ def measure_pipeline(config: RunConfig, workers: int, seconds: float, warmup_s: 
     data.setsockopt(zmq.LINGER, 0)
     data_port = data.bind_to_random_port("tcp://127.0.0.1")
     accepted = data.get_monitor_socket(zmq.EVENT_ACCEPTED)
-    route = bind_ipc(data, data_ipc_path(os.getpid(), 0)) if transport == "ipc" else None
-    if transport == "ipc" and route is None:
-        raise SystemExit("--transport ipc: the sink could not bind its ipc socket (see the warning above)")
+    route = bind_ipc(data, data_ipc_path(os.getpid(), 0)) if transport != "tcp" else None
+    if transport != "tcp" and route is None:
+        raise SystemExit(f"--transport {transport}: the sink could not bind its ipc socket (see the warning above)")
     probe = context.socket(zmq.PUB)
     weights_port = probe.bind_to_random_port("tcp://127.0.0.1")  # the host subscribes; nothing is published
     control_port = _free_port()
@@ -310,12 +254,16 @@ def measure_pipeline(config: RunConfig, workers: int, seconds: float, warmup_s: 
                     "packed_rows": True}  # as the learner's (learner/serve/serving.py): rows come in one frame
     if route is not None:
         registration["data_ipc"] = {registration["data_endpoint"]: route.to_field()}
+    if transport == "shm":
+        registration["shared_rows"] = True  # as the learner's: rows stay in the host's shared memory
+    registry = SenderRegistry()
     control = ControlServer(context=context, endpoint=f"tcp://127.0.0.1:{control_port}", registration=registration,
-                            peer_timeout_s=net.peer_timeout_s, limits=limits, stop=stop, registry=SenderRegistry(),
+                            peer_timeout_s=net.peer_timeout_s, limits=limits, stop=stop, registry=registry,
                             sizing=HostSizing(trainer=config.trainer, num_agents=config.env.num_agents))
     control.set_weights(0, {} if policy == "null" else state_arrays(make_policy(env_spec(config.env), config.model)))
-    counters = SinkCounters()
-    drain = threading.Thread(target=_drain, args=(data, limits, counters, stop), name="sink", daemon=True)
+    sink = Sink(data, limits, registry=registry, shared_rows=transport == "shm")
+    counters = sink.counters
+    drain = threading.Thread(target=sink.run, args=(stop,), name="sink", daemon=True)
     control.start()
     drain.start()
     policy_args = ["--null-policy"] if policy == "null" else ["--device", actor_device]
@@ -344,7 +292,7 @@ def measure_pipeline(config: RunConfig, workers: int, seconds: float, warmup_s: 
         stop.set()
         control.join(timeout=5)
         drain.join(timeout=5)
-        used = _accepted_transports(accepted)
+        used = accepted_transports(accepted)
         data.disable_monitor()
         accepted.close(linger=0)
         data.close(linger=0)
@@ -352,8 +300,11 @@ def measure_pipeline(config: RunConfig, workers: int, seconds: float, warmup_s: 
             remove_ipc_file(route)
         probe.close(linger=0)
         context.term()
-    if used != {transport}:
+    if used != {"ipc" if transport == "shm" else transport}:
         raise RuntimeError(f"--transport {transport}: the actor host connected over {sorted(used) or 'nothing'}")
+    if (last["shared"] > first["shared"]) != (transport == "shm"):
+        raise RuntimeError(f"--transport {transport}: {last['shared'] - first['shared']} of "
+                           f"{last['messages'] - first['messages']} messages left their rows in shared memory")
     stats = {name: last["host_stats"].get(name, 0.0) - first["host_stats"].get(name, 0.0)
              for name in last["host_stats"]}
     timing = host_timing(stats)
@@ -450,9 +401,10 @@ def main() -> None:
                              "(the run config's policy with its initial weights)")
     parser.add_argument("--actor-device", choices=("cpu", "cuda"), default="cpu",
                         help="with --policy model: where the host runs it (python -m actors --device)")
-    parser.add_argument("--transport", choices=TRANSPORTS, default="ipc",
-                        help="how rows reach the sink: ipc (the unix socket a learner on this machine offers; the "
-                             "default) or tcp (over loopback)")
+    parser.add_argument("--transport", choices=TRANSPORTS, default="shm",
+                        help="how rows reach the sink: shm (left in the host's shared memory, the message over the "
+                             "unix socket a learner on this machine offers; the default), ipc (in the messages over "
+                             "that socket) or tcp (in the messages over loopback)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="a config override after the bench's own sizing (e.g. network.send_queue_messages=32)")
     parser.add_argument("--hosts", type=int, default=1,

@@ -1,0 +1,90 @@
+"""The host's side of rows through shared memory (protocol/shared_rows.py): one segment of slots per registration, a
+slot per ROWS message in flight, and what to do when none is free.
+
+No free slot is back-pressure, as a full data socket is: the host waits, and the rows in flight stay within the
+slots (twice the data socket's high-water mark, what its two queues held before). Only when the oldest slot has been
+out for ``reclaim_s`` (a message lost with a learner rank never hands its slot back) does a message go with its
+payload in it, as to a learner on another machine: a lost slot costs speed, never a stall.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from protocol.framing import PackedLayout
+from protocol.shared_rows import RowSlots, SharedRef
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """A slot taken for one message: fill ``buffer``, then send ``ref``."""
+
+    slots: RowSlots
+    index: int
+    seq: int
+
+    @property
+    def buffer(self) -> np.ndarray:
+        """The slot's bytes, to lay the packed payload out in."""
+        return self.slots.payload_buffer(self.index)
+
+    def ref(self, layout: PackedLayout) -> dict:
+        """The ROWS message's ``shared`` field for a payload of ``layout`` in this slot."""
+        return SharedRef(segment=self.slots.name, slot=self.index, seq=self.seq, nbytes=layout.total,
+                         arrays=layout.specs).to_field()
+
+
+WAIT = "wait"
+"""``SharedRowsOut.take``: every slot is out and the oldest not for long; wait as for a full socket."""
+
+
+class SharedRowsOut:
+    """The slots of the current registration (used by the host's main thread only)."""
+
+    def __init__(self, *, slots: int, slot_bytes: int, reclaim_s: float) -> None:
+        self.count, self.slot_bytes, self.reclaim_s = slots, slot_bytes, reclaim_s
+        self.segment: RowSlots | None = None
+        self.token: str | None = None
+        """The registration the segment is for (a new registration gets a new segment)."""
+        self.taken_at = np.zeros(slots)
+        """Monotonic time each slot was last taken."""
+        self.failed = False
+        """The segment could not be made (said once): every message carries its payload."""
+
+    def take(self, token: str | None, now: float) -> Slot | str | None:
+        """A slot for the next message, WAIT, or None: send the payload in the message."""
+        segment = self._segment(token)
+        if segment is None:
+            return None
+        taken = segment.take()
+        if taken is not None:
+            self.taken_at[taken[0]] = now
+            return Slot(segment, *taken)
+        if now - self.taken_at.min() < self.reclaim_s:
+            return WAIT
+        return None
+
+    def close(self) -> None:
+        """Unlink the segment (a learner still reading it keeps its mapping until it lets go)."""
+        if self.segment is not None:
+            self.segment.close()
+        self.segment, self.token = None, None
+
+    def _segment(self, token: str | None) -> RowSlots | None:
+        if self.failed:
+            return None
+        if self.segment is not None and token == self.token:
+            return self.segment
+        self.close()
+        try:
+            self.segment = RowSlots.create(self.count, self.slot_bytes)
+        except OSError as err:
+            self.failed = True
+            print(f"actors: cannot make a shared-memory rows segment of {self.count} x {self.slot_bytes} bytes in "
+                  f"/dev/shm ({err.strerror}): rows go to the learner inside the messages", flush=True)
+            return None
+        self.token = token
+        self.taken_at[:] = 0.0
+        return self.segment

@@ -1,0 +1,83 @@
+"""The ingest's side of rows through shared memory (protocol/shared_rows.py): the hosts' segments it has mapped, each
+bound to the registration that first named it, and the slot of the message in hand, handed back once its rows are
+copied out (or the message is dropped).
+
+A segment is mapped at the first message that names it and dropped once its registration is gone (the host said BYE,
+was forgotten or registered anew: a new registration comes with a new segment). A segment named by another
+registration than the one it is bound to is refused, so a host cannot hand back, or read, another host's slots.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from learner.serve.senders import Sender, SenderRegistry
+from protocol import ProtocolError, unpack_payload
+from protocol.shared_rows import RowSlots, SharedRef, read_ref
+
+MAX_SEGMENTS = 4096
+"""Most segments mapped at once (one per registered host; those of hosts that left are dropped first)."""
+SWEEP_S = 5.0
+"""How often segments of registrations that are gone are dropped."""
+
+
+class SharedRowsReader:
+    """Used by the ingest thread only."""
+
+    def __init__(self, registry: SenderRegistry) -> None:
+        self.registry = registry
+        self.segments: dict[str, tuple[str, RowSlots]] = {}
+        """Mapped segments by name: the token of the registration that named it first, and its mapping."""
+        self.held: tuple[RowSlots, SharedRef] | None = None
+        """The slot of the message in hand, until ``release``."""
+        self.next_sweep = 0.0
+
+    def arrays(self, field: object, sender: Sender) -> dict[str, np.ndarray]:
+        """The arrays of the payload a ROWS message's ``shared`` field names, as read-only views of the slot (held
+        until ``release``); ProtocolError (``bad_shared``) when the field, the segment or the slot is not right."""
+        ref = read_ref(field)
+        slots = self._segment(ref.segment, sender)
+        payload = slots.payload(ref)
+        self.held = slots, ref
+        return unpack_payload(ref.arrays, payload)
+
+    def release(self) -> None:
+        """Hand the slot of the message in hand back to its host (its rows are copied out, or dropped)."""
+        if self.held is not None:
+            slots, ref = self.held
+            self.held = None
+            slots.release(ref)
+
+    def sweep(self, now: float) -> None:
+        """Drop the segments of registrations that are gone (every SWEEP_S)."""
+        if now < self.next_sweep:
+            return
+        self.next_sweep = now + SWEEP_S
+        for name, (token, slots) in list(self.segments.items()):
+            if self.registry.get(token) is None:
+                del self.segments[name]
+                slots.close()
+
+    def close(self) -> None:
+        """Drop every mapping."""
+        self.held = None
+        for _, slots in self.segments.values():
+            slots.close()
+        self.segments.clear()
+
+    def _segment(self, name: str, sender: Sender) -> RowSlots:
+        entry = self.segments.get(name)
+        if entry is not None:
+            if entry[0] != sender.token:
+                raise ProtocolError("bad_shared", f"rows segment {name} belongs to another registration")
+            return entry[1]
+        if len(self.segments) >= MAX_SEGMENTS:
+            self.next_sweep = 0.0
+            self.sweep(time.monotonic())
+            if len(self.segments) >= MAX_SEGMENTS:
+                raise ProtocolError("bad_shared", f"{MAX_SEGMENTS} rows segments are mapped already")
+        slots = RowSlots.open(name)
+        self.segments[name] = sender.token, slots
+        return slots
