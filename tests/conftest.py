@@ -19,8 +19,9 @@ import pytest
 PROCESS_EVENTS = frozenset({"subprocess.Popen", "os.fork", "os.forkpty", "os.posix_spawn", "os.spawn", "os.exec",
                             "os.system"})
 """Audit events (docs.python.org/3/library/audit_events.html) that start a process."""
-ALLOWED_TOOLS = ("git", "ffmpeg")
-"""Short-lived tools a unit test may run through library code, by program name."""
+ALLOWED_TOOLS = ("git", "ffmpeg", "fc")
+"""Short-lived tools a unit test may run through library code, by program name (``fc``: fc-list, which matplotlib's
+first import in a new environment runs to build its font cache)."""
 
 _state: dict = {"test": None, "found": {}, "start": None}
 """The unmarked test now running (its nodeid, or None), what each started, the original Process.start."""
