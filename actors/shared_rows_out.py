@@ -46,12 +46,16 @@ class SharedRowsOut:
     def __init__(self, *, slots: int, slot_bytes: int, reclaim_s: float) -> None:
         self.count, self.slot_bytes, self.reclaim_s = slots, slot_bytes, reclaim_s
         self.segment: RowSlots | None = None
+        self.retired: RowSlots | None = None
+        """The previous registration's segment, kept until the next one: a message built for it may still go."""
         self.token: str | None = None
         """The registration the segment is for (a new registration gets a new segment)."""
         self.taken_at = np.zeros(slots)
         """Monotonic time each slot was last taken."""
         self.failed = False
         """The segment could not be made (said once): every message carries its payload."""
+        self.said_lost = False
+        """Slots were out for ``reclaim_s`` and that was said (once per segment)."""
 
     def take(self, token: str | None, now: float) -> Slot | str | None:
         """A slot for the next message, WAIT, or None: send the payload in the message."""
@@ -64,20 +68,27 @@ class SharedRowsOut:
             return Slot(segment, *taken)
         if now - self.taken_at.min() < self.reclaim_s:
             return WAIT
+        if not self.said_lost:
+            self.said_lost = True
+            print(f"actors: no shared-memory rows slot came back from the learner for {self.reclaim_s:g} s: rows go "
+                  f"to it inside the messages until it hands one back", flush=True)
         return None
 
     def close(self) -> None:
-        """Unlink the segment (a learner still reading it keeps its mapping until it lets go)."""
-        if self.segment is not None:
-            self.segment.close()
-        self.segment, self.token = None, None
+        """Unlink the segments (a learner still reading one keeps its mapping until it lets go)."""
+        for segment in (self.segment, self.retired):
+            if segment is not None:
+                segment.close()
+        self.segment, self.retired, self.token = None, None, None
 
     def _segment(self, token: str | None) -> RowSlots | None:
         if self.failed:
             return None
         if self.segment is not None and token == self.token:
             return self.segment
-        self.close()
+        if self.retired is not None:
+            self.retired.close()
+        self.retired, self.segment = self.segment, None  # a message built before may still name it
         try:
             self.segment = RowSlots.create(self.count, self.slot_bytes)
         except OSError as err:
@@ -87,4 +98,5 @@ class SharedRowsOut:
             return None
         self.token = token
         self.taken_at[:] = 0.0
+        self.said_lost = False
         return self.segment

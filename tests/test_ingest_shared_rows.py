@@ -140,6 +140,18 @@ def test_a_learner_that_offers_no_shared_rows_refuses_them(host_slots: RowSlots,
     assert "this data socket reads them from the message" in caplog.text
 
 
+def test_a_segment_goes_to_the_next_registration_once_its_own_is_gone(host_slots: RowSlots) -> None:
+    with shared_ingest() as (thread, push, registry):
+        push.send_multipart(encode(through_memory(rows_message([10] * 3, marker=1.0), host_slots)))
+        assert wait_for(lambda: host_slots.name in thread.shared.segments, timeout=5), "the segment mapped"
+        registry.remove(TOKEN)  # the host registered again: OTHER is its new registration
+        again = through_memory(rows_message([10] * 3, marker=2.0), host_slots)
+        push.send_multipart(encode(dataclasses.replace(again, fields={**again.fields, "token": OTHER.token})))
+        batch = thread.slots.buffers[full_slot(thread)].arrays
+        assert batch["obs"][:, 0, 0].tolist() == [1.0] * 3 + [2.0] * 3
+        assert thread.shared.segments[host_slots.name][0] == OTHER.token
+
+
 def test_the_segment_of_a_registration_that_is_gone_is_let_go(host_slots: RowSlots) -> None:
     with shared_ingest() as (thread, push, registry):
         push.send_multipart(encode(through_memory(rows_message([10] * 2, marker=1.0), host_slots)))

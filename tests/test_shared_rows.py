@@ -145,20 +145,27 @@ def test_a_full_disk_leaves_no_file_and_the_host_sends_the_rows_itself(shm_dir: 
     assert "cannot make a shared-memory rows segment of 2 x 4096 bytes" in line and "No space left" in line
 
 
-def test_no_free_slot_is_back_pressure_until_the_oldest_is_lost() -> None:
+def test_no_free_slot_is_back_pressure_until_the_oldest_is_lost(capsys) -> None:
     out = SharedRowsOut(slots=2, slot_bytes=256, reclaim_s=10.0)
     try:
         first, second = out.take("t1", now=100.0), out.take("t1", now=105.0)
         assert isinstance(first, Slot) and isinstance(second, Slot) and first.slots is second.slots
         assert out.take("t1", now=109.9) is WAIT
+        assert capsys.readouterr().out == ""
         assert out.take("t1", now=110.1) is None  # the first slot was out for 10 s: the payload goes in the message
+        assert out.take("t1", now=110.2) is None
+        assert capsys.readouterr().out == ("actors: no shared-memory rows slot came back from the learner for 10 s: "
+                                           "rows go to it inside the messages until it hands one back\n")
         learner = RowSlots.open(first.slots.name)
         learner.release(SharedRef(segment=first.slots.name, slot=first.index, seq=first.seq, nbytes=0, arrays=[]))
         again = out.take("t1", now=111.0)
         assert isinstance(again, Slot) and again.index == first.index and again.seq > second.seq
         name = first.slots.name
-        renewed = out.take("t2", now=112.0)  # a new registration: a new segment, the old one unlinked
+        renewed = out.take("t2", now=112.0)  # a new registration: a new segment, the old one kept one more
         assert isinstance(renewed, Slot) and renewed.slots.name != name
+        assert Path("/dev/shm", name).exists() and Path("/dev/shm", renewed.slots.name).exists()
+        third = out.take("t3", now=113.0)
+        assert isinstance(third, Slot)
         assert not Path("/dev/shm", name).exists() and Path("/dev/shm", renewed.slots.name).exists()
     finally:
         out.close()

@@ -4,7 +4,9 @@ copied out (or the message is dropped).
 
 A segment is mapped at the first message that names it and dropped once its registration is gone (the host said BYE,
 was forgotten or registered anew: a new registration comes with a new segment). A segment named by another
-registration than the one it is bound to is refused, so a host cannot hand back, or read, another host's slots.
+registration than the one it is bound to is refused while that one is registered, so a host cannot hand back, or read,
+another host's slots; once it is gone, the segment goes to the registration that names it (a message its host built
+before registering again).
 """
 
 from __future__ import annotations
@@ -71,7 +73,9 @@ class SharedRowsReader:
         entry = self.segments.get(name)
         if entry is not None:
             if entry[0] != sender.token:
-                raise ProtocolError("bad_shared", f"rows segment {name} belongs to another registration")
+                if self.registry.get(entry[0]) is not None:
+                    raise ProtocolError("bad_shared", f"rows segment {name} belongs to another registration")
+                self.segments[name] = sender.token, entry[1]  # its host registered again (the old token is gone)
             return entry[1]
         if len(self.segments) >= MAX_SEGMENTS:
             self.next_sweep = 0.0
