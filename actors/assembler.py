@@ -347,7 +347,7 @@ class RowAssembler:
         for _ in range(spare.horizon):  # fills one row: the kernel's path that opens the agent's next row too
             spare.add(agent, 0, **values)
         spare.release(spare.pop_full(1))
-        spare.gather(np.zeros(1, dtype=np.int64))
+        spare.gather_packed(np.zeros(1, dtype=np.int64))  # compiled here, not at the first ship
 
     def _buffer(self, field: RowField) -> _Buffer:
         value_shape = self.layout.value_shape(field)

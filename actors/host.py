@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,6 +112,8 @@ class LoopState:
     """A ROWS message the data socket refused (its learner rank went away after the socket said it had room)."""
     next_poll: float = 0.0
     """Monotonic time a turn with work next polls the sockets and worker pipes."""
+    warm: bool = False
+    """Rows went out once: every kernel the loop calls is loaded (compiled) by then."""
 
 
 class ActorHost:
@@ -161,7 +164,8 @@ class ActorHost:
         busy = True
         while not self.stop.is_set():
             events = self._poll(busy)
-            self.workers.collect(events, self.state.report)
+            with self._until_warm():
+                self.workers.collect(events, self.state.report)
             now = time.monotonic()
             if self._control_due(now, events):
                 self._send_heartbeat(now)
@@ -180,8 +184,19 @@ class ActorHost:
                     continue
                 if self.alternation is not None:
                     self.alternation.maybe_next(self.stepper.env_steps)
-            acted = self._act_on_ready_groups()
-            busy = self._ship_rows(now) or acted
+            with self._until_warm():
+                acted = self._act_on_ready_groups()
+                shipped = self._ship_rows(now)
+            self.state.warm = self.state.warm or shipped
+            busy = shipped or acted
+
+    def _until_warm(self) -> AbstractContextManager[None]:
+        """Until the first rows went out: heartbeats from a thread while the loop's first turns take the answers,
+        act and ship (numba loads, or on a cold cache compiles, the kernels they call for the first time: seconds
+        without a heartbeat otherwise). No control-socket use happens inside."""
+        if self.state.warm:
+            return nullcontext()
+        return self.link.heartbeats_meanwhile(self.network.heartbeat_interval_s)
 
     def _poll(self, busy: bool) -> dict:
         """What the poll marks readable (sockets, worker pipes). After a turn with work: a look without waiting, at

@@ -13,6 +13,9 @@ bytes after the previous one's end (the padding is zeros and the frame ends
 where the last array ends), so a message of many small arrays costs one frame.
 A sender packs only for a peer that said it reads packed messages (the learner
 says so in REGISTERED: ``packed_rows``), since older peers refuse them.
+A packed payload may also lie outside the message, in a shared-memory slot its
+``shared`` field names (protocol/shared_rows.py); :func:`unpack_payload` reads it
+there as :func:`decode` reads a frame.
 
 Array buffers are little-endian. Nothing is ever pickled. :func:`decode`
 validates every byte it uses and raises only :class:`ProtocolError`.

@@ -32,14 +32,17 @@ def run_bench(module: str, *args: str, timeout: float = 240) -> list[dict]:
     return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
 
 
-def test_pipeline_bench_reports_raw_pipeline_and_inference_figures() -> None:
+@pytest.mark.parametrize("transport", [None, "ipc"])
+def test_pipeline_bench_reports_raw_pipeline_and_inference_figures(transport: str | None) -> None:
     before = set(Path("/dev/shm").glob("sluice_*"))
     sizes = ("network.message_bytes=0", "network.rows_per_message=16", "network.send_queue_messages=3")
     (record,) = run_bench("pipeline", "--envs", "synthetic20us", "--async-factor", "2", "--seconds", "1",
-                          "--envs-per-worker", "8", *(part for size in sizes for part in ("--set", size)))
+                          "--envs-per-worker", "8", *(part for size in sizes for part in ("--set", size)),
+                          *(["--transport", transport] if transport else []))
     assert record["bench"] == "pipeline" and record["env"] == "synthetic20us" and record["envs_per_worker"] == 8
     assert record["overrides"] == list(sizes) and record["rows_per_message"] == 16 and record["data_hwm"] == 3
-    assert record["transport"] == "ipc"  # the default: what a learner on the host's machine offers (checked by the sink)
+    # the default, shm, is what a learner on the host's machine offers; the sink checks the connection and messages
+    assert record["transport"] == (transport or "shm")
     assert record["raw_agent_steps_per_s"] > 0 and record["pipeline_agent_steps_per_s"] > 0
     assert record["pipeline_over_raw"] > 0 and record["target"] == 0.8
     assert record["round"] == 1 and record["load_before_raw"] >= 0 and record["load_before_pipeline"] >= 0

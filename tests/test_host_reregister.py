@@ -74,6 +74,8 @@ def test_host_rebuilds_for_a_learner_restarted_with_another_config(tmp_path):
         run.note_workers(host)
         old_workers = env_workers(host.pid)
         assert wait_for(lambda: len(metrics(run.run_dir)) >= 1, 120), run.log("learner.log")
+        old_segments = set(shm_segments(host.pid))
+        assert {name.split("_")[2] for name in old_segments} == {"slots", "rows"}  # rows in shared memory
         first.send_signal(signal.SIGKILL)
         first.wait(timeout=30)
 
@@ -87,7 +89,10 @@ def test_host_rebuilds_for_a_learner_restarted_with_another_config(tmp_path):
         assert "now runs a different config (model.hidden_size: 32 -> 16): rebuilding this host for it" in out
         assert "Traceback" not in out and host.poll() is None
         assert wait_for(lambda: not any(alive(pid) for pid in old_workers), 5), "the old workers must be gone"
-        assert len(shm_segments(host.pid)) == 1, "the new host's one segment (actors/slot_segment.py), none of the old"
+        segments = set(shm_segments(host.pid))
+        old_rows = {name for name in old_segments if "_rows_" in name}
+        assert not segments & old_rows, "the old host's rows segment is gone (its slots segment's name comes again)"
+        assert {name.split("_")[2] for name in segments} <= {"slots", "rows"} and len(segments) <= 2, segments
 
         second.send_signal(signal.SIGTERM)
         assert second.wait(timeout=30) in (0, 130, 143), run.log("second.log")
@@ -107,6 +112,8 @@ def test_same_config_under_a_new_run_id_keeps_the_host(tmp_path):
         host = run.actors(2)
         workers = run.note_workers(host)
         assert wait_for(lambda: len(metrics(run.run_dir)) >= 1, 120), run.log("learner.log")
+        old_segments = set(shm_segments(host.pid))
+        assert {name.split("_")[2] for name in old_segments} == {"slots", "rows"}  # rows in shared memory
         first.send_signal(signal.SIGKILL)
         first.wait(timeout=30)
         second_dir = tmp_path / "second"
