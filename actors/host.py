@@ -122,10 +122,11 @@ class ActorHost:
     def __init__(self, *, link: LearnerLink, registration: Registration, network: NetworkSection,
                  sizing: MessageSizing, workers: WorkerPool, stepper: GroupStepper,
                  alternation: OpponentAlternation | None, poller: zmq.Poller, stop: StopFlag,
-                 metrics: HostMetrics, shared_rows: SharedRowsOut) -> None:
+                 metrics: HostMetrics, shared_rows: SharedRowsOut | None) -> None:
         self.link = link
         self.shared_rows = shared_rows
-        """The slots ROWS payloads go through to a learner on this machine (when ``link.rows_through_memory``)."""
+        """The slots ROWS payloads go through to a learner on this machine (when ``link.rows_through_memory``; None:
+        this host's messages are smaller than network.shared_rows_min_bytes)."""
         self.metrics = metrics
         self.config = registration.config
         """The resolved run config (as registration sent it) that this host was built for."""
@@ -325,7 +326,8 @@ class ActorHost:
             if not self.link.can_send_rows():
                 self.metrics.send_blocked.inc()
                 return built
-            slot = self.shared_rows.take(self.link.token, now) if self.link.rows_through_memory else None
+            slot = (self.shared_rows.take(self.link.token, now)
+                    if self.shared_rows is not None and self.link.rows_through_memory else None)
             if slot is WAIT:
                 self.metrics.send_blocked.inc()
                 return built

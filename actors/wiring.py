@@ -200,11 +200,14 @@ def build_host(registration: Registration, link: LearnerLink, *, options: HostOp
                                                  seed=config.run.seed * 7919 + os.getpid() * 31, poller=poller,
                                                  stop=stop, on_restart=stepper.forget_worker,
                                                  priority=options.worker_priority))
-    shared_rows = SharedRowsOut(slots=2 * sizing.hwm, slot_bytes=assembler.packed_bytes(sizing.rows),
-                                reclaim_s=config.network.peer_timeout_s)
-    resources.callback(shared_rows.close)
-    if link.rows_through_memory:
-        print("actors: rows stay in shared memory for the learner on this machine", flush=True)
+    message_bytes = assembler.packed_bytes(sizing.rows)
+    shared_rows = (SharedRowsOut(slots=2 * sizing.hwm, slot_bytes=message_bytes,
+                                 reclaim_s=config.network.peer_timeout_s)
+                   if message_bytes >= config.network.shared_rows_min_bytes else None)
+    if shared_rows is not None:
+        resources.callback(shared_rows.close)
+        if link.rows_through_memory:
+            print("actors: rows stay in shared memory for the learner on this machine", flush=True)
     policy = ", null policy (uniform random actions)" if options.null_policy else f", policy on {options.device}"
     print(f"actors: {layout.workers} workers x {layout.envs_per_worker} envs ({layout.groups} groups) of "
           f"{config.env.name}{policy}, up to {sizing.rows} rows per message, learner {options.learner.url} "

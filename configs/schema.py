@@ -238,7 +238,11 @@ class NetworkSection:
     """Actor hosts on the learner's machine (same boot and network namespace) send rows over ipc:// instead of TCP."""
     shared_memory_rows: bool = True
     """With same_machine_ipc, those hosts leave each message's rows in a shared-memory slot the learner reads them
-    from, and send only where they lie (protocol/shared_rows.py)."""
+    from, and send only where they lie (protocol/shared_rows.py), when a message holds shared_rows_min_bytes."""
+    shared_rows_min_bytes: Annotated[int, Range(low=0)] = 1 << 20
+    """Smallest full message whose rows go through shared memory: smaller ones cost more that way than over the
+    socket (ops.bench.pipeline --transport shm against ipc: CartPole's 20-330 kB messages slower, the gridworld's
+    3 MB ones faster)."""
     max_message_bytes: Annotated[int, Range(low=1024)] = 1 << 28
     """Largest message accepted on any socket."""
     max_abs_value: PositiveFloat = 1e6
