@@ -62,7 +62,8 @@ def test_gymnasium_vector_env_runs_end_to_end(tmp_path) -> None:
 
 @pytest.mark.slow
 def test_pettingzoo_mpe_spread_trains(tmp_path) -> None:
-    """MPE simple_spread, 3 agents per env through the ParallelEnv adapter: the return rises above the start."""
+    """MPE simple_spread, 3 agents per env through the ParallelEnv adapter: the return rises above the start (the mean
+    of the first 5 records against that of the last 5: one record's mean return moves by about 1 between updates)."""
     run = Run(tmp_path, "--set", "trainer.total_timesteps=400000", config=SPREAD)
     try:
         records = finish(run, run.learner(), run.actors(2))
@@ -71,7 +72,8 @@ def test_pettingzoo_mpe_spread_trains(tmp_path) -> None:
     first, last = records[0], records[-1]
     assert last["agent_steps"] >= 400000 and last["agent_steps"] == 3 * last["env_steps"]
     assert last["episode_length_mean"] == 25
-    assert last["episode_return_mean"] > first["episode_return_mean"] + 2.0, (first, last)
+    start, end = (float(np.mean([r["episode_return_mean"] for r in part])) for part in (records[:5], records[-5:]))
+    assert end > start + 2.0, (start, end, first, last)
 
 
 def test_pettingzoo_continuous_actions_run_end_to_end(tmp_path) -> None:
