@@ -38,7 +38,7 @@ from learner.serve.control import curve_key_of
 from learner.serve.ingest_counters import HOST_LEFT, IngestCounters
 from learner.serve.row_checks import HostReport, RowRules, check_rows, read_report
 from learner.serve.senders import Sender, SenderRegistry
-from learner.serve.shared_rows_reader import SharedRowsReader
+from learner.serve.shared_rows_reader import SharedRowsReader, message_arrays
 from protocol.curve import ServerCurve
 from protocol import Limits, Message, MessageType, ProtocolError, check_arrays, decode
 from protocol.reject_log import RejectLog, peer_text
@@ -240,7 +240,7 @@ class Ingest(threading.Thread):
             raise ProtocolError("unexpected_type", f"data socket accepts rows, got {message.type.value}")
         sender = self._sender(message, frames)
         if "shared" in message.fields:
-            message = dataclasses.replace(message, arrays=self._shared_arrays(message, sender))
+            message = dataclasses.replace(message, arrays=message_arrays(message, sender, self.shared))
         num_rows = message.fields["num_rows"]
         if num_rows > self.rules.rows_per_message:
             raise ProtocolError("too_large", f"num_rows {num_rows} is more than the {self.rules.rows_per_message} "
@@ -252,15 +252,6 @@ class Ingest(threading.Thread):
             raise ProtocolError("bad_field", f"num_rows {num_rows} but {len(message.arrays['versions'])} rows sent")
         check_rows(message.arrays, self.rules)
         return message, read_report(message, sender=sender, rules=self.rules, stat_names=self.stat_names)
-
-    def _shared_arrays(self, message: Message, sender: Sender) -> dict[str, np.ndarray]:
-        """The arrays of a message whose payload lies in its host's shared memory (held until released)."""
-        if self.shared is None:
-            raise ProtocolError("bad_shared", "rows through shared memory go to a learner on the host's machine that "
-                                              "announced shared_rows; this data socket reads them from the message")
-        if message.arrays:
-            raise ProtocolError("bad_shared", "a message whose payload is in shared memory has no array frame")
-        return self.shared.arrays(message.fields["shared"], sender)
 
     def _gone(self, err: ProtocolError, message: Message | None, frames: list) -> Sender | None:
         """The registration, now gone, whose token a not_registered message carries (under the CURVE key it

@@ -16,7 +16,7 @@ import time
 import numpy as np
 
 from learner.serve.senders import Sender, SenderRegistry
-from protocol import ProtocolError, unpack_payload
+from protocol import Message, ProtocolError, unpack_payload
 from protocol.shared_rows import RowSlots, SharedRef, read_ref
 
 MAX_SEGMENTS = 4096
@@ -85,3 +85,17 @@ class SharedRowsReader:
         slots = RowSlots.open(name)
         self.segments[name] = sender.token, slots
         return slots
+
+
+def message_arrays(message: Message, sender: Sender | None, reader: SharedRowsReader | None) -> dict[str, np.ndarray]:
+    """A ROWS message's arrays: those of its frames, or (its ``shared`` field names them) those in its host's shared
+    memory, read by ``reader`` (held until ``reader.release``; None: this socket reads rows from the messages only)
+    for ``sender``, the registration the message's token names; ProtocolError (``bad_shared``) otherwise."""
+    if "shared" not in message.fields:
+        return message.arrays
+    if reader is None or sender is None:
+        raise ProtocolError("bad_shared", "rows through shared memory go to a learner on the host's machine that "
+                                          "announced shared_rows; this data socket reads them from the message")
+    if message.arrays:
+        raise ProtocolError("bad_shared", "a message whose payload is in shared memory has no array frame")
+    return reader.arrays(message.fields["shared"], sender)

@@ -13,8 +13,8 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from learner.serve.senders import SenderRegistry
-from learner.serve.shared_rows_reader import SharedRowsReader
-from protocol import Limits, Message, MessageType, ProtocolError, decode
+from learner.serve.shared_rows_reader import SharedRowsReader, message_arrays
+from protocol import Limits, MessageType, ProtocolError, decode
 
 
 @dataclass
@@ -71,7 +71,8 @@ class Sink:
             message = decode(frames, self.limits)
             if message.type is not MessageType.ROWS:
                 return
-            arrays = self._arrays(message)
+            sender = self.registry.get(message.fields.get("token"))
+            arrays = message_arrays(message, sender, self.reader)
         except ProtocolError:
             with self.counters.lock:
                 self.counters.rejected += 1
@@ -91,14 +92,6 @@ class Sink:
             counters.env_steps += fields["env_steps"]
             for name, value in fields.get("host_stats", {}).items():
                 counters.host_stats[name] = counters.host_stats.get(name, 0.0) + value
-
-    def _arrays(self, message: Message) -> dict[str, np.ndarray]:
-        if "shared" not in message.fields:
-            return message.arrays
-        sender = self.registry.get(message.fields.get("token"))
-        if self.reader is None or sender is None:
-            raise ProtocolError("bad_shared", "rows in shared memory from a host this sink cannot read them from")
-        return self.reader.arrays(message.fields["shared"], sender)
 
 
 def accepted_transports(monitor: zmq.Socket) -> set[str]:
