@@ -2,9 +2,11 @@
 slot per ROWS message in flight, and what to do when none is free.
 
 No free slot is back-pressure, as a full data socket is: the host waits, and the rows in flight stay within the
-slots (twice the data socket's high-water mark, what its two queues held before). Only when the oldest slot has been
-out for ``reclaim_s`` (a message lost with a learner rank never hands its slot back) does a message go with its
-payload in it, as to a learner on another machine: a lost slot costs speed, never a stall.
+slots (twice the data socket's high-water mark, what its two queues held before). A learner busy with an update reads
+no rows meanwhile and keeps its slots (the messages on the socket are small, so the socket does not fill first); the
+host waits for it. Only when the oldest slot has been out for ``reclaim_s``, several peer timeouts (a message lost on
+the way never hands its slot back), does a message go with its payload in it, as to a learner on another machine: a
+lost slot costs speed, never a stall.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from configs.schema import NetworkSection
 from protocol.framing import PackedLayout
 from protocol.shared_rows import RowSlots, SharedRef
 
@@ -36,6 +39,10 @@ class Slot:
                          arrays=layout.specs).to_field()
 
 
+RECLAIM_PEER_TIMEOUTS = 6
+"""A slot out for this many network.peer_timeout_s is taken as lost (60 s by default): longer than a learner's update
+keeps its ingest from reading rows (grid 3's took ~11 s on a 2-core machine, and a learner answers heartbeats
+meanwhile), so a learner busy training is waited for, as a full socket is."""
 WAIT = "wait"
 """``SharedRowsOut.take``: every slot is out and the oldest not for long; wait as for a full socket."""
 
@@ -57,6 +64,14 @@ class SharedRowsOut:
         self.said_lost = False
         """Slots were out for ``reclaim_s`` and that was said (once per segment)."""
 
+    @classmethod
+    def for_messages(cls, network: NetworkSection, *, hwm: int, message_bytes: int) -> SharedRowsOut | None:
+        """The slots of a host whose data socket has high-water mark ``hwm`` and whose full messages hold
+        ``message_bytes`` (None: smaller than network.shared_rows_min_bytes, the rows go in the messages)."""
+        if message_bytes < network.shared_rows_min_bytes:
+            return None
+        return cls(slots=2 * hwm, slot_bytes=message_bytes, reclaim_s=RECLAIM_PEER_TIMEOUTS * network.peer_timeout_s)
+
     def take(self, token: str | None, now: float) -> Slot | str | None:
         """A slot for the next message, WAIT, or None: send the payload in the message."""
         segment = self._segment(token)
@@ -70,8 +85,9 @@ class SharedRowsOut:
             return WAIT
         if not self.said_lost:
             self.said_lost = True
-            print(f"actors: no shared-memory rows slot came back from the learner for {self.reclaim_s:g} s: rows go "
-                  f"to it inside the messages until it hands one back", flush=True)
+            print(f"actors: no shared-memory rows slot came back from the learner for {self.reclaim_s:g} s (it read no "
+                  f"rows, or messages were lost on the way): rows go to it inside the messages until slots come back",
+                  flush=True)
         return None
 
     def close(self) -> None:

@@ -201,9 +201,7 @@ def build_host(registration: Registration, link: LearnerLink, *, options: HostOp
                                                  stop=stop, on_restart=stepper.forget_worker,
                                                  priority=options.worker_priority))
     message_bytes = assembler.packed_bytes(sizing.rows)
-    shared_rows = (SharedRowsOut(slots=2 * sizing.hwm, slot_bytes=message_bytes,
-                                 reclaim_s=config.network.peer_timeout_s)
-                   if message_bytes >= config.network.shared_rows_min_bytes else None)
+    shared_rows = SharedRowsOut.for_messages(config.network, hwm=sizing.hwm, message_bytes=message_bytes)
     if shared_rows is not None:
         resources.callback(shared_rows.close)
         if link.rows_through_memory:

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from actors.shared_rows_out import WAIT, SharedRowsOut, Slot
+from configs.schema import NetworkSection
 from protocol import PackedLayout, ProtocolError, unpack_payload
 from protocol.shared_rows import MAGIC, RowSlots, SharedRef, SlotsGeometry, read_ref
 
@@ -154,8 +155,9 @@ def test_no_free_slot_is_back_pressure_until_the_oldest_is_lost(capsys) -> None:
         assert capsys.readouterr().out == ""
         assert out.take("t1", now=110.1) is None  # the first slot was out for 10 s: the payload goes in the message
         assert out.take("t1", now=110.2) is None
-        assert capsys.readouterr().out == ("actors: no shared-memory rows slot came back from the learner for 10 s: "
-                                           "rows go to it inside the messages until it hands one back\n")
+        assert capsys.readouterr().out == ("actors: no shared-memory rows slot came back from the learner for 10 s "
+                                           "(it read no rows, or messages were lost on the way): rows go to it inside "
+                                           "the messages until slots come back\n")
         learner = RowSlots.open(first.slots.name)
         learner.release(SharedRef(segment=first.slots.name, slot=first.index, seq=first.seq, nbytes=0, arrays=[]))
         again = out.take("t1", now=111.0)
@@ -185,3 +187,21 @@ def test_a_packed_payload_is_laid_out_in_a_given_buffer() -> None:
         unpack_payload({"obs": 1}, memoryview(buffer))
     with pytest.raises(ProtocolError, match="the packed frame has"):
         unpack_payload(LAYOUT.specs, memoryview(buffer))  # 10 bytes too many
+
+
+def test_a_learner_busy_training_past_the_peer_timeout_is_waited_for(capsys) -> None:
+    """A learner whose update keeps its ingest from reading (and its slots out) for longer than the peer timeout is
+    not taken for one that lost them: the host built from the config waits, and falls back only after 6 timeouts."""
+    network = NetworkSection()
+    assert SharedRowsOut.for_messages(network, hwm=2, message_bytes=network.shared_rows_min_bytes - 1) is None
+    out = SharedRowsOut.for_messages(network, hwm=1, message_bytes=network.shared_rows_min_bytes)
+    assert out is not None and out.count == 2
+    try:
+        assert isinstance(out.take("t1", now=0.0), Slot) and isinstance(out.take("t1", now=0.0), Slot)
+        for now in (1.0, network.peer_timeout_s + 1, 3 * network.peer_timeout_s, 6 * network.peer_timeout_s - 0.1):
+            assert out.take("t1", now=now) is WAIT
+        assert capsys.readouterr().out == ""
+        assert out.take("t1", now=6 * network.peer_timeout_s + 0.1) is None
+        assert f"came back from the learner for {6 * network.peer_timeout_s:g} s" in capsys.readouterr().out
+    finally:
+        out.close()
