@@ -261,6 +261,8 @@ class ActorHost:
     def _follow_routes(self, endpoints: tuple[str, ...] | None) -> None:
         """Several learner ranks: push rows to the ranks the learner now routes this host to."""
         if endpoints and self.link.data is not None and self.link.route_data(endpoints):
+            if self.shared_rows is not None:
+                self.shared_rows.renew()  # the rows queued for a rank left behind are lost, their slots with them
             print(f"actors: rows now go to learner ranks at {', '.join(self.link.resolve(url) for url in endpoints)}",
                   flush=True)
 

@@ -1,5 +1,5 @@
-"""The host's side of rows through shared memory (protocol/shared_rows.py): one segment of slots per registration, a
-slot per ROWS message in flight, and what to do when none is free.
+"""The host's side of rows through shared memory (protocol/shared_rows.py): one segment of slots per registration
+(and per change of learner ranks), a slot per ROWS message in flight, and what to do when none is free.
 
 No free slot is back-pressure, as a full data socket is: the host waits, and the rows in flight stay within the
 slots (twice the data socket's high-water mark, what its two queues held before). A learner busy with an update reads
@@ -63,6 +63,8 @@ class SharedRowsOut:
         """The segment could not be made (said once): every message carries its payload."""
         self.said_lost = False
         """Slots were out for ``reclaim_s`` and that was said (once per segment)."""
+        self.renew_due = False
+        """The next message gets a new segment (``renew``)."""
 
     @classmethod
     def for_messages(cls, network: NetworkSection, *, hwm: int, message_bytes: int) -> SharedRowsOut | None:
@@ -90,6 +92,12 @@ class SharedRowsOut:
                   flush=True)
         return None
 
+    def renew(self) -> None:
+        """The data socket was routed to other learner ranks, which drops the messages queued for a rank it left
+        (their slots never come back): the next message takes a slot of a new segment, the current one is kept
+        until the one after, as at a new registration."""
+        self.renew_due = True
+
     def close(self) -> None:
         """Unlink the segments (a learner still reading one keeps its mapping until it lets go)."""
         for segment in (self.segment, self.retired):
@@ -100,8 +108,9 @@ class SharedRowsOut:
     def _segment(self, token: str | None) -> RowSlots | None:
         if self.failed:
             return None
-        if self.segment is not None and token == self.token:
+        if self.segment is not None and token == self.token and not self.renew_due:
             return self.segment
+        self.renew_due = False
         if self.retired is not None:
             self.retired.close()
         self.retired, self.segment = self.segment, None  # a message built before may still name it

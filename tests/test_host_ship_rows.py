@@ -128,3 +128,28 @@ def test_with_every_slot_out_the_host_waits_as_for_a_full_socket() -> None:
         assert len(link.sent) == 3 and "shared" not in link.sent[2].fields and link.sent[2].arrays
     finally:
         host.shared_rows.close()
+
+
+def test_rows_routed_to_other_learner_ranks_go_through_a_new_segment(capsys) -> None:
+    """Moving to other ranks drops the messages queued for the rank left (their slots never come back): the next
+    message takes a slot of a new segment; the same routes again change nothing."""
+    link = RefusingLink(refusals=0, packed_rows=True, through_memory=True)
+    link.data, link.data_routes = object(), ("ipc:///a",)
+    link.route_data = lambda endpoints: endpoints != link.data_routes
+    link.resolve = str
+    host, _ = host_with_full_rows(link, full_rows=2)
+    try:
+        for now, routes in ((1.0, ("ipc:///a",)), (2.0, ("ipc:///b",)), (3.0, None)):
+            host._ship_rows(now=now)
+            assert host.assembler.full_rows() == 0
+            if routes is not None:
+                host._follow_routes(routes)
+                while host.assembler.full_rows() < 2:
+                    host.assembler.add(np.arange(2), 0, **{
+                        buffer.name: np.zeros((2, *buffer.value_shape), buffer.dtype)
+                        for buffer in host.assembler._buffers if buffer.name != VERSIONS and buffer.width})
+        assert "rows now go to learner ranks at ipc:///b" in capsys.readouterr().out
+        segments = [read_ref(message.fields["shared"]).segment for message in link.sent]
+        assert len(segments) == 3 and segments[0] == segments[1] != segments[2]
+    finally:
+        host.shared_rows.close()

@@ -17,6 +17,7 @@ import zmq
 
 from learner.serve.ingest import Ingest
 from learner.serve.senders import Sender, SenderRegistry
+from learner.serve.shared_rows_reader import SharedRowsReader
 from protocol import Limits, Message, PackedLayout, encode
 from protocol.framing import dtype_name
 from protocol.same_machine import data_ipc_path
@@ -160,3 +161,28 @@ def test_the_segment_of_a_registration_that_is_gone_is_let_go(host_slots: RowSlo
         thread.shared.next_sweep = 0.0
         assert wait_for(lambda: host_slots.name not in thread.shared.segments, timeout=5), "the segment let go"
     assert Path("/dev/shm", host_slots.name).exists()  # the host's to unlink
+
+
+def test_a_registration_keeps_two_segments_mapped_its_host_keeps_two(host_slots: RowSlots) -> None:
+    """A host makes a new segment when its learner ranks change and keeps the one before: a learner maps at most two
+    per registration, dropping the one mapped first, while another registration's stays."""
+    registry = SenderRegistry()
+    registry.add(SENDER)
+    registry.add(OTHER)
+    reader = SharedRowsReader(registry)
+    made = [RowSlots.create(2, 1 << 16) for _ in range(3)]
+    try:
+        other = through_memory(rows_message([10], marker=9.0), host_slots)
+        reader.arrays(other.fields["shared"], OTHER)
+        reader.release()
+        for k, segment in enumerate(made):
+            message = through_memory(rows_message([10, 10], marker=float(k)), segment)
+            arrays = reader.arrays(message.fields["shared"], SENDER)
+            assert arrays["obs"][:, 0, 0].tolist() == [float(k)] * 2
+            reader.release()
+            assert segment.free_slots() == 2  # handed back
+        assert list(reader.segments) == [host_slots.name, made[1].name, made[2].name]
+    finally:
+        reader.close()
+        for segment in made:
+            segment.close()

@@ -205,3 +205,20 @@ def test_a_learner_busy_training_past_the_peer_timeout_is_waited_for(capsys) -> 
         assert f"came back from the learner for {6 * network.peer_timeout_s:g} s" in capsys.readouterr().out
     finally:
         out.close()
+
+
+def test_other_learner_ranks_get_a_new_segment_and_the_one_before_is_kept_one_more() -> None:
+    out = SharedRowsOut(slots=2, slot_bytes=256, reclaim_s=10.0)
+    try:
+        names = []
+        for now in (1.0, 2.0, 3.0):
+            slot = out.take("t1", now=now)
+            assert isinstance(slot, Slot)
+            names.append(slot.slots.name)
+            out.renew()  # routed to other learner ranks: the messages queued for the one left are lost
+        assert len(set(names)) == 3
+        assert [Path("/dev/shm", name).exists() for name in names] == [False, True, True]
+        assert isinstance(out.take("t1", now=4.0), Slot) and out.segment.free_slots() == 1  # a fresh segment
+    finally:
+        out.close()
+    assert not any(Path("/dev/shm", name).exists() for name in names)

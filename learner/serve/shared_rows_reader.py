@@ -3,7 +3,8 @@ bound to the registration that first named it, and the slot of the message in ha
 copied out (or the message is dropped).
 
 A segment is mapped at the first message that names it and dropped once its registration is gone (the host said BYE,
-was forgotten or registered anew: a new registration comes with a new segment). A segment named by another
+was forgotten or registered anew: a new registration comes with a new segment), or once a third segment of its
+registration is mapped (the host makes a new one when its learner ranks change, and keeps only the one before). A segment named by another
 registration than the one it is bound to is refused while that one is registered, so a host cannot hand back, or read,
 another host's slots; once it is gone, the segment goes to the registration that names it (a message its host built
 before registering again).
@@ -23,6 +24,9 @@ MAX_SEGMENTS = 4096
 """Most segments mapped at once (one per registered host; those of hosts that left are dropped first)."""
 SWEEP_S = 5.0
 """How often segments of registrations that are gone are dropped."""
+PER_REGISTRATION = 2
+"""Segments mapped for one registration at most: a host keeps its current one and the one before (it makes a new one
+when its learner ranks change); mapping another drops the one mapped first, which its host has let go."""
 
 
 class SharedRowsReader:
@@ -83,6 +87,9 @@ class SharedRowsReader:
             if len(self.segments) >= MAX_SEGMENTS:
                 raise ProtocolError("bad_shared", f"{MAX_SEGMENTS} rows segments are mapped already")
         slots = RowSlots.open(name)
+        own = [other for other, (token, _) in self.segments.items() if token == sender.token]
+        for other in own[:len(own) - PER_REGISTRATION + 1]:
+            self.segments.pop(other)[1].close()
         self.segments[name] = sender.token, slots
         return slots
 
