@@ -148,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     from actors.env_failures import EnvFailure
     from actors.learner_link import LearnerRefused
     from actors.pool_client import PoolError
+    from actors.shm import SharedMemoryFull
     from actors.worker import WorkerPriority
     from configs.loader import ConfigError
     from configs.plan import PlanError
@@ -173,6 +174,8 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(str(err))
     except (EnvFailure, PoolError) as err:  # the env or the pool server failed at run time; the reason says how
         return _fail(str(err), code=1)
+    except SharedMemoryFull as err:
+        return _fail(err.strerror, code=1)
 
 
 def _cuda_available() -> bool:

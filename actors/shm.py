@@ -21,6 +21,10 @@ PREFIX = "sluice_"
 ALIGN = 64
 
 
+class SharedMemoryFull(OSError):
+    """A segment's memory could not be reserved (a full /dev/shm): said at the start, not a SIGBUS at a first write."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class FieldLayout:
     """One array inside a segment."""
@@ -57,7 +61,7 @@ class ShmSegment:
         fd = os.open(path, flags, 0o600)
         try:
             if create:
-                os.ftruncate(fd, size)
+                _reserve(fd, path, size)
             self._mmap = mmap.mmap(fd, size)
         finally:
             os.close(fd)
@@ -84,6 +88,19 @@ class ShmSegment:
             pass  # a view is still alive; the mapping goes away with the process
         if self.owner:
             unlink(self.name)
+
+
+def _reserve(fd: int, path: Path, size: int) -> None:
+    """Give a new segment file its ``size`` bytes of memory now (``ftruncate`` would leave them to the first write of
+    each page, which a full /dev/shm answers with SIGBUS); SharedMemoryFull, the file removed, when they are not
+    there."""
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as err:
+        path.unlink(missing_ok=True)
+        raise SharedMemoryFull(err.errno, f"cannot reserve {size / 1e6:.1f} MB of shared memory for {path}: "
+                                          f"{err.strerror} (free some, or give {path.parent} more room, e.g. "
+                                          f"docker run --shm-size)") from None
 
 
 def unlink(name: str) -> None:

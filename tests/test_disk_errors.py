@@ -1,6 +1,7 @@
 """A full disk or a read-only run directory: one line naming the path and the OS's reason, exit 1, actor hosts told
 to stop, the last good checkpoint kept and no temporary files left. Units for each writer; real processes on a
-small tmpfs (mounting needs root: the tests that mount skip without it)."""
+small tmpfs (mounting needs root: the tests that mount skip without it). A full /dev/shm stops an actor host at its
+start with one line."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from actors.shm import SharedMemoryFull, ShmSegment, segment_name
 from configs.loader import load_config
 from configs.schema import ModelSection
 from envs.base import EnvSpec
@@ -212,3 +214,49 @@ def test_save_checkpoint_on_a_real_full_disk_leaves_the_last_one_loadable(tmpfs)
         save_checkpoint(tmpfs, learned=big, state=TrainerState(update=2), keep=3)
     assert sorted(p.name for p in (tmpfs / "checkpoints").iterdir()) == ["update_00000001"]
     assert load_checkpoint(previous).trainer_state.update == 1
+
+
+def test_a_shared_memory_segment_is_reserved_whole_or_not_made(monkeypatch):
+    """A full /dev/shm is an error when the host makes its segment (named, with the OS's reason), no file left
+    behind, not a SIGBUS at the first write of a page."""
+    def full(fd, offset, length):
+        raise FULL
+
+    monkeypatch.setattr(os, "posix_fallocate", full)
+    name = segment_name(os.getpid(), "full_test")
+    with pytest.raises(SharedMemoryFull) as caught:
+        ShmSegment.create(name, 3_000_000)
+    assert caught.value.strerror == (f"cannot reserve 3.0 MB of shared memory for /dev/shm/{name}: No space left on "
+                                     f"device (free some, or give /dev/shm more room, e.g. docker run --shm-size)")
+    assert not Path("/dev/shm", name).exists()
+
+
+@pytest.mark.integration
+def test_a_full_dev_shm_stops_an_actor_host_at_its_start_with_one_line(tmp_path):
+    """An actor host whose /dev/shm is full (a filled tmpfs in its own mount namespace) stops as it builds its
+    workers: one line, exit 1, and the learner hears why it left."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs over /dev/shm in a mount namespace needs root")
+    run = Run(tmp_path, "--plain")
+    script = ("mount -t tmpfs -o size=64k tmpfs /dev/shm && { dd if=/dev/zero of=/dev/shm/filler bs=4k 2>/dev/null; "
+              "exec \"$0\" -m actors --n 2 --learner \"$1\"; }")
+    try:
+        learner = run.learner()
+        with (tmp_path / "actors.log").open("w") as log:
+            actors = subprocess.Popen(["unshare", "--mount", "sh", "-c", script, sys.executable,
+                                       f"tcp://127.0.0.1:{run.port}"], cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+                                      start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        run.procs.append(actors)
+        assert actors.wait(timeout=120) == 1, run.log("actors.log")
+        assert wait_for(lambda: "cannot reserve" in run.log("learner.log"), 30), run.log("learner.log")
+        learner.terminate()
+        assert learner.wait(timeout=30) == 143
+    finally:
+        run.close()
+    out = run.log("actors.log")
+    assert "Traceback" not in out, out
+    full = [line for line in out.splitlines() if "shared memory" in line]
+    assert len(full) == 1 and re.fullmatch(r"python -m actors: error: cannot reserve [0-9.]+ MB of shared memory for "
+                                           r"/dev/shm/sluice_\d+_slots: No space left on device \(free some, or give "
+                                           r"/dev/shm more room, e\.g\. docker run --shm-size\)", full[0]), out
+    run.assert_clean()
