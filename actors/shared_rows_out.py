@@ -17,7 +17,7 @@ import numpy as np
 
 from configs.schema import NetworkSection
 from protocol.framing import PackedLayout
-from protocol.shared_rows import RowSlots, SharedRef
+from protocol.shared_rows import RowSlots, SharedRef, layout_key
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,10 +33,10 @@ class Slot:
         """The slot's bytes, to lay the packed payload out in."""
         return self.slots.payload_buffer(self.index)
 
-    def ref(self, layout: PackedLayout) -> dict:
-        """The ROWS message's ``shared`` field for a payload of ``layout`` in this slot."""
+    def ref(self, layout: PackedLayout, key: str) -> dict:
+        """The ROWS message's ``shared`` field for a payload of ``layout`` (``key``: its ``layout_key``) here."""
         return SharedRef(segment=self.slots.name, slot=self.index, seq=self.seq, nbytes=layout.total,
-                         arrays=layout.specs).to_field()
+                         layout=key).to_field()
 
 
 RECLAIM_PEER_TIMEOUTS = 6
@@ -65,6 +65,8 @@ class SharedRowsOut:
         """Slots were out for ``reclaim_s`` and that was said (once per segment)."""
         self.renew_due = False
         """The next message gets a new segment (``renew``)."""
+        self._keys: dict[int, tuple[PackedLayout, str]] = {}
+        """``layout_key`` of each layout met, by the layout's id (the assembler keeps one layout per row count)."""
 
     @classmethod
     def for_messages(cls, network: NetworkSection, *, hwm: int, message_bytes: int) -> SharedRowsOut | None:
@@ -91,6 +93,13 @@ class SharedRowsOut:
                   f"rows, or messages were lost on the way): rows go to it inside the messages until slots come back",
                   flush=True)
         return None
+
+    def field(self, slot: Slot, layout: PackedLayout) -> dict:
+        """The ROWS message's ``shared`` field for a payload of ``layout`` in ``slot``."""
+        known = self._keys.get(id(layout))
+        if known is None or known[0] is not layout:
+            known = self._keys[id(layout)] = layout, layout_key(layout)
+        return slot.ref(layout, known[1])
 
     def renew(self) -> None:
         """The data socket was routed to other learner ranks, which drops the messages queued for a rank it left

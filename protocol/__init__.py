@@ -16,10 +16,10 @@ from .framing import (
     Limits,
     PackedArrays,
     PackedLayout,
+    checked_layout,
     decode,
     encode,
     pack_arrays,
-    unpack_payload,
 )
 from .messages import (
     OPTIONAL_FIELDS,
@@ -51,13 +51,13 @@ __all__ = [
     "ProtocolError",
     "REQUIRED_FIELDS",
     "check_arrays",
+    "checked_layout",
     "check_field_value",
     "check_leading_dims",
     "decode",
     "encode",
     "is_loopback",
     "pack_arrays",
-    "unpack_payload",
     "parse_endpoint",
     "validate_fields",
 ]

@@ -14,8 +14,8 @@ where the last array ends), so a message of many small arrays costs one frame.
 A sender packs only for a peer that said it reads packed messages (the learner
 says so in REGISTERED: ``packed_rows``), since older peers refuse them.
 A packed payload may also lie outside the message, in a shared-memory slot its
-``shared`` field names (protocol/shared_rows.py); :func:`unpack_payload` reads it
-there as :func:`decode` reads a frame.
+``shared`` field names (protocol/shared_rows.py), with its layout checked by
+:func:`checked_layout` as :func:`decode` checks a header's.
 
 Array buffers are little-endian. Nothing is ever pickled. :func:`decode`
 validates every byte it uses and raises only :class:`ProtocolError`.
@@ -48,8 +48,8 @@ __all__ = [
     "PROTOCOL_TAG",
     "decode",
     "encode",
+    "checked_layout",
     "pack_arrays",
-    "unpack_payload",
 ]
 
 PROTOCOL_NAME = "sluice"
@@ -424,12 +424,14 @@ def _decode_arrays(specs: list[Any], views: list[memoryview], packed: bool) -> d
     return arrays
 
 
-def unpack_payload(specs: Any, payload: memoryview) -> dict[str, np.ndarray]:
-    """The arrays a packed payload that did not come in a frame holds (a shared-memory slot, protocol/shared_rows.py),
-    as views of it; ``specs``: their descriptors, checked as a header's are. Raises :class:`ProtocolError` only."""
+def checked_layout(specs: Any) -> PackedLayout:
+    """The packed layout of arrays that descriptors ``specs`` list (a payload that did not come in a frame: a
+    shared-memory slot, protocol/shared_rows.py), checked as a header's are. Raises :class:`ProtocolError` only."""
     if not isinstance(specs, list):
         raise ProtocolError("bad_header", f"array descriptors must be a list, got {type(specs).__name__}")
-    return _decode_arrays(specs, [payload], True)
+    seen: set[str] = set()
+    checked = [_array_spec(i, spec, seen) for i, spec in enumerate(specs)]
+    return PackedLayout.of([(name, _NAMES[dtype], shape) for name, dtype, shape, _ in checked])
 
 
 def decode(frames: Sequence[FrameLike], limits: Limits = Limits()) -> Message:

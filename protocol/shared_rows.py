@@ -25,6 +25,7 @@ process can read the host's memory anyway, so the payload is validated in place,
 
 from __future__ import annotations
 
+import math
 import mmap
 import os
 import re
@@ -36,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from .framing import ALLOWED_DTYPES, PackedLayout, checked_layout
 from .messages import ProtocolError
 
 SHM_DIR = Path("/dev/shm")
@@ -49,9 +51,10 @@ MAX_SLOTS = 1024
 MAX_SLOT_BYTES = 1 << 31
 """Most bytes a slot may declare (a ROWS message is smaller: network.max_message_bytes)."""
 PAGE = mmap.PAGESIZE
-REF_KEYS: dict[str, type] = {"segment": str, "slot": int, "seq": int, "nbytes": int, "arrays": list}
-"""A ROWS message's ``shared`` field: the segment, the slot and its sequence number, the payload's length and the
-arrays' descriptors (as a packed message's header lists them)."""
+REF_KEYS: dict[str, type] = {"segment": str, "slot": int, "seq": int, "nbytes": int, "layout": str}
+"""A ROWS message's ``shared`` field: the segment, the slot and its sequence number, the payload's length and its
+arrays in one string (``layout_key``: a header's list of descriptor maps costs each side ~100 us a message to check,
+one string nothing, and a learner reads each distinct one once)."""
 
 
 def _round_up(value: int, multiple: int) -> int:
@@ -90,11 +93,44 @@ class SharedRef:
     slot: int
     seq: int
     nbytes: int
-    arrays: list
+    layout: str
 
     def to_field(self) -> dict[str, Any]:
         return {"segment": self.segment, "slot": self.slot, "seq": self.seq, "nbytes": self.nbytes,
-                "arrays": self.arrays}
+                "layout": self.layout}
+
+
+def layout_key(layout: PackedLayout) -> str:
+    """A packed payload's arrays in one string, in message order: ``name:dtype:d0,d1,...`` joined by ``;``."""
+    return ";".join(f"{name}:{spec['dtype']}:{','.join(map(str, shape))}"
+                    for name, spec, shape in zip(layout.names, layout.specs, layout.shapes))
+
+
+def read_layout_key(key: str) -> PackedLayout:
+    """The layout ``layout_key`` wrote, checked as a header's array descriptors are; ProtocolError (``bad_shared``)
+    otherwise."""
+    specs = []
+    for i, part in enumerate(key.split(";") if key else []):
+        fields = part.split(":")
+        if len(fields) != 3:
+            raise ProtocolError("bad_shared", f"shared.layout part {i} {part!r:.60} is not name:dtype:shape")
+        name, dtype, dims = fields
+        try:
+            shape = [int(dim) for dim in dims.split(",")] if dims else []
+        except ValueError:
+            raise ProtocolError("bad_shared", f"shared.layout part {i}: shape {dims!r:.40} is not integers") from None
+        itemsize = np.dtype(dtype).itemsize if dtype in ALLOWED_DTYPES else 0
+        specs.append({"name": name, "dtype": dtype, "shape": shape, "nbytes": math.prod(shape) * itemsize})
+    try:
+        return checked_layout(specs)
+    except ProtocolError as err:
+        raise ProtocolError("bad_shared", f"shared.layout: {err.message}") from None
+
+
+def payload_arrays(layout: PackedLayout, payload: memoryview) -> dict[str, np.ndarray]:
+    """The arrays of a payload of ``layout`` (exactly ``layout.total`` bytes), as views of it."""
+    return {name: np.ndarray(shape, dtype=dtype, buffer=payload, offset=offset)
+            for name, dtype, shape, offset in zip(layout.names, layout.dtypes, layout.shapes, layout.offsets)}
 
 
 def read_ref(value: Any) -> SharedRef:

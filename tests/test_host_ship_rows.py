@@ -15,8 +15,8 @@ from actors.host import ActorHost, LoopState
 from actors.host_metrics import HostMetrics
 from actors.rows_report import RowsReport
 from actors.shared_rows_out import SharedRowsOut
-from protocol import MessageType, unpack_payload
-from protocol.shared_rows import RowSlots, read_ref
+from protocol import MessageType
+from protocol.shared_rows import RowSlots, payload_arrays, read_layout_key, read_ref
 from telemetry.registry import new_registry
 from tests.test_telemetry import samples
 
@@ -102,7 +102,7 @@ def test_rows_left_in_shared_memory_are_the_rows_a_packed_message_carries() -> N
                 if through_memory:
                     assert message.arrays == {}
                     ref = read_ref(message.fields.pop("shared"))
-                    arrays = unpack_payload(ref.arrays, RowSlots.open(ref.segment).payload(ref))
+                    arrays = payload_arrays(read_layout_key(ref.layout), RowSlots.open(ref.segment).payload(ref))
                     message = dataclasses.replace(message, arrays=arrays)
                 messages.append(message)
             sent.append(messages)

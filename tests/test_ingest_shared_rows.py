@@ -21,7 +21,7 @@ from learner.serve.shared_rows_reader import SharedRowsReader
 from protocol import Limits, Message, PackedLayout, encode
 from protocol.framing import dtype_name
 from protocol.same_machine import data_ipc_path
-from protocol.shared_rows import RowSlots, SharedRef
+from protocol.shared_rows import RowSlots, SharedRef, layout_key
 from tests.processes import wait_for
 from tests.test_ingest import HORIZON, ROWS_PER_MESSAGE, SEGMENTS, SENDER, SPEC, TOKEN, full_slot, rows_message
 
@@ -73,7 +73,7 @@ def through_memory(message: Message, segment: RowSlots) -> Message:
     packed = layout.allocate(segment.payload_buffer(slot))
     for name, array in message.arrays.items():
         packed.arrays[name][...] = array
-    ref = SharedRef(segment=segment.name, slot=slot, seq=seq, nbytes=layout.total, arrays=layout.specs)
+    ref = SharedRef(segment=segment.name, slot=slot, seq=seq, nbytes=layout.total, layout=layout_key(layout))
     return dataclasses.replace(message, fields={**message.fields, "shared": ref.to_field()}, arrays={})
 
 
@@ -116,11 +116,16 @@ def bad_references(good: Message) -> dict[str, Message]:
             "cannot open rows segment": dataclasses.replace(
                 good, fields={**good.fields, "shared": {**ref, "segment": "sluice_1_rows_" + "0" * 16}}),
             "belongs to another registration": dataclasses.replace(good, fields={**good.fields,
-                                                                                  "token": OTHER.token})}
+                                                                                  "token": OTHER.token}),
+            "its layout's arrays need": dataclasses.replace(good, fields={**good.fields,
+                                                                          "shared": {**ref, "nbytes": ref["nbytes"] + 8}}),
+            "is not name:dtype:shape": dataclasses.replace(good, fields={**good.fields,
+                                                                         "shared": {**ref, "layout": "obs:float32"}})}
 
 
 @pytest.mark.parametrize("line", ["does not hold payload", "no array frame", "cannot open rows segment",
-                                  "belongs to another registration"])
+                                  "belongs to another registration", "its layout's arrays need",
+                                  "is not name:dtype:shape"])
 def test_what_the_ingest_cannot_read_is_refused_and_counted(host_slots: RowSlots, caplog, line: str) -> None:
     with shared_ingest() as (thread, push, _):
         first = through_memory(rows_message([10] * 3, marker=1.0), host_slots)

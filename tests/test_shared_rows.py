@@ -6,15 +6,19 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from actors.shared_rows_out import WAIT, SharedRowsOut, Slot
 from configs.schema import NetworkSection
-from protocol import PackedLayout, ProtocolError, unpack_payload
-from protocol.shared_rows import MAGIC, RowSlots, SharedRef, SlotsGeometry, read_ref
+from protocol import ALLOWED_DTYPES, PackedLayout, ProtocolError
+from protocol.shared_rows import (MAGIC, RowSlots, SharedRef, SlotsGeometry, layout_key, payload_arrays,
+                                  read_layout_key, read_ref)
 
 LAYOUT = PackedLayout.of([("obs", "float32", (3, 4)), ("done", "bool", (3,)), ("versions", "int64", (3,))])
 
@@ -33,7 +37,7 @@ def filled(segment: RowSlots, seed: int) -> tuple[SharedRef, dict[str, np.ndarra
     packed.arrays["obs"][:] = rng.normal(size=(3, 4))
     packed.arrays["done"][:] = rng.random(3) < 0.5
     packed.arrays["versions"][:] = rng.integers(0, 100, 3)
-    ref = SharedRef(segment=segment.name, slot=slot, seq=seq, nbytes=LAYOUT.total, arrays=LAYOUT.specs)
+    ref = SharedRef(segment=segment.name, slot=slot, seq=seq, nbytes=LAYOUT.total, layout=layout_key(LAYOUT))
     return ref, {name: array.copy() for name, array in packed.arrays.items()}
 
 
@@ -43,7 +47,7 @@ def test_a_payload_goes_to_the_learner_and_its_slot_comes_back(shm_dir: Path) ->
     first, written = filled(host, seed=1)
     second, _ = filled(host, seed=2)
     assert host.take() is None and host.free_slots() == 0  # both slots wait for the learner
-    arrays = unpack_payload(first.arrays, learner.payload(first))
+    arrays = payload_arrays(read_layout_key(first.layout), learner.payload(first))
     for name, array in written.items():
         np.testing.assert_array_equal(arrays[name], array)
     assert not arrays["obs"].flags.writeable
@@ -55,7 +59,7 @@ def test_a_payload_goes_to_the_learner_and_its_slot_comes_back(shm_dir: Path) ->
     assert third.slot == first.slot and third.seq > second.seq
     with pytest.raises(ProtocolError, match="does not hold payload"):
         learner.payload(first)  # the slot holds another payload now
-    np.testing.assert_array_equal(unpack_payload(third.arrays, learner.payload(third))["obs"], written["obs"])
+    np.testing.assert_array_equal(payload_arrays(LAYOUT, learner.payload(third))["obs"], written["obs"])
     host.close()
     assert not (shm_dir / host.name).exists()
     assert host.take() is None
@@ -109,11 +113,11 @@ def test_a_learner_opens_only_a_rows_segment_of_this_users(shm_dir: Path) -> Non
 
 
 def test_a_reference_of_the_wrong_form_is_refused() -> None:
-    good = {"segment": "sluice_12_rows_" + "0" * 16, "slot": 0, "seq": 1, "nbytes": 8, "arrays": []}
+    good = {"segment": "sluice_12_rows_" + "0" * 16, "slot": 0, "seq": 1, "nbytes": 8, "layout": ""}
     assert read_ref(good) == SharedRef(**good)
     bad = [None, [], {**good, "extra": 1}, {k: v for k, v in good.items() if k != "seq"}, {**good, "slot": True},
            {**good, "slot": -1}, {**good, "seq": 0}, {**good, "nbytes": "8"}, {**good, "segment": "sluice_12_slots"},
-           {**good, "arrays": {}}]
+           {**good, "layout": []}]
     for value in bad:
         with pytest.raises(ProtocolError) as caught:
             read_ref(value)
@@ -159,7 +163,7 @@ def test_no_free_slot_is_back_pressure_until_the_oldest_is_lost(capsys) -> None:
                                            "(it read no rows, or messages were lost on the way): rows go to it inside "
                                            "the messages until slots come back\n")
         learner = RowSlots.open(first.slots.name)
-        learner.release(SharedRef(segment=first.slots.name, slot=first.index, seq=first.seq, nbytes=0, arrays=[]))
+        learner.release(SharedRef(segment=first.slots.name, slot=first.index, seq=first.seq, nbytes=0, layout=""))
         again = out.take("t1", now=111.0)
         assert isinstance(again, Slot) and again.index == first.index and again.seq > second.seq
         name = first.slots.name
@@ -179,14 +183,37 @@ def test_a_packed_payload_is_laid_out_in_a_given_buffer() -> None:
     packed = LAYOUT.allocate(buffer)
     assert packed.buffer.base is buffer or np.shares_memory(packed.buffer, buffer)
     packed.arrays["versions"][:] = [1, 2, 3]
-    assert unpack_payload(LAYOUT.specs, memoryview(buffer[:LAYOUT.total]))["versions"].tolist() == [1, 2, 3]
+    arrays = payload_arrays(LAYOUT, memoryview(buffer[:LAYOUT.total]).toreadonly())
+    assert arrays["versions"].tolist() == [1, 2, 3] and not arrays["versions"].flags.writeable
     for bad in (np.zeros(LAYOUT.total - 1, dtype=np.uint8), np.zeros(LAYOUT.total, dtype=np.int16)):
         with pytest.raises(ValueError, match="needs a uint8 buffer"):
             LAYOUT.allocate(bad)
-    with pytest.raises(ProtocolError, match="must be a list"):
-        unpack_payload({"obs": 1}, memoryview(buffer))
-    with pytest.raises(ProtocolError, match="the packed frame has"):
-        unpack_payload(LAYOUT.specs, memoryview(buffer))  # 10 bytes too many
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(sorted(ALLOWED_DTYPES)), st.lists(st.integers(0, 40), max_size=4)),
+                max_size=16))
+def test_a_layout_key_reads_back_as_the_layout_it_was_written_from(arrays) -> None:
+    layout = PackedLayout.of([(f"a{i}", dtype, tuple(shape)) for i, (dtype, shape) in enumerate(arrays)])
+    again = read_layout_key(layout_key(layout))
+    assert (again.names, again.dtypes, again.shapes, again.offsets, again.total) == (
+        layout.names, layout.dtypes, layout.shapes, layout.offsets, layout.total)
+
+
+@pytest.mark.parametrize(("key", "says"), [
+    ("obs:float32", "is not name:dtype:shape"),
+    ("obs:float32:3:4", "is not name:dtype:shape"),
+    ("obs:float32:3,x", "is not integers"),
+    ("obs:complex64:3", "dtype 'complex64' is not allowed"),
+    ("obs:float32:3,-1", "must be non-negative ints"),
+    (":float32:3", "has an empty name"),
+    ("obs:float32:3;obs:int8:2", "appears more than once"),
+    ("obs:float32:" + ",".join(["1"] * 33), "33 dimensions, limit is 32"),
+])
+def test_a_layout_key_that_is_not_one_is_refused(key: str, says: str) -> None:
+    with pytest.raises(ProtocolError, match=re.escape(says)) as caught:
+        read_layout_key(key)
+    assert caught.value.reason == "bad_shared"
 
 
 def test_a_learner_busy_training_past_the_peer_timeout_is_waited_for(capsys) -> None:

@@ -17,13 +17,15 @@ import time
 import numpy as np
 
 from learner.serve.senders import Sender, SenderRegistry
-from protocol import Message, ProtocolError, unpack_payload
-from protocol.shared_rows import RowSlots, SharedRef, read_ref
+from protocol import Message, PackedLayout, ProtocolError
+from protocol.shared_rows import RowSlots, SharedRef, payload_arrays, read_layout_key, read_ref
 
 MAX_SEGMENTS = 4096
 """Most segments mapped at once (one per registered host; those of hosts that left are dropped first)."""
 SWEEP_S = 5.0
 """How often segments of registrations that are gone are dropped."""
+MAX_LAYOUTS = 256
+"""Layouts kept read (one per row count a host sends; more, from hosts of other configs, start the cache over)."""
 PER_REGISTRATION = 2
 """Segments mapped for one registration at most: a host keeps its current one and the one before (it makes a new one
 when its learner ranks change); mapping another drops the one mapped first, which its host has let go."""
@@ -39,6 +41,8 @@ class SharedRowsReader:
         self.held: tuple[RowSlots, SharedRef] | None = None
         """The slot of the message in hand, until ``release``."""
         self.next_sweep = 0.0
+        self.layouts: dict[str, PackedLayout] = {}
+        """Each ``shared.layout`` met, read and checked once."""
 
     def arrays(self, field: object, sender: Sender) -> dict[str, np.ndarray]:
         """The arrays of the payload a ROWS message's ``shared`` field names, as read-only views of the slot (held
@@ -47,7 +51,10 @@ class SharedRowsReader:
         slots = self._segment(ref.segment, sender)
         payload = slots.payload(ref)
         self.held = slots, ref
-        return unpack_payload(ref.arrays, payload)
+        layout = self._layout(ref.layout)
+        if layout.total != ref.nbytes:
+            raise ProtocolError("bad_shared", f"shared.nbytes is {ref.nbytes}, its layout's arrays need {layout.total}")
+        return payload_arrays(layout, payload)
 
     def release(self) -> None:
         """Hand the slot of the message in hand back to its host (its rows are copied out, or dropped)."""
@@ -72,6 +79,14 @@ class SharedRowsReader:
         for _, slots in self.segments.values():
             slots.close()
         self.segments.clear()
+
+    def _layout(self, key: str) -> PackedLayout:
+        layout = self.layouts.get(key)
+        if layout is None:
+            if len(self.layouts) >= MAX_LAYOUTS:
+                self.layouts.clear()
+            layout = self.layouts[key] = read_layout_key(key)
+        return layout
 
     def _segment(self, name: str, sender: Sender) -> RowSlots:
         entry = self.segments.get(name)
