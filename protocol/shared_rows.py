@@ -51,6 +51,8 @@ MAX_SLOTS = 1024
 MAX_SLOT_BYTES = 1 << 31
 """Most bytes a slot may declare (a ROWS message is smaller: network.max_message_bytes)."""
 PAGE = mmap.PAGESIZE
+MAX_LAYOUT_ARRAYS = 64
+"""Most arrays a ``shared.layout`` may list (ROWS messages carry 14)."""
 REF_KEYS: dict[str, type] = {"segment": str, "slot": int, "seq": int, "nbytes": int, "layout": str}
 """A ROWS message's ``shared`` field: the segment, the slot and its sequence number, the payload's length and its
 arrays in one string (``layout_key``: a header's list of descriptor maps costs each side ~100 us a message to check,
@@ -109,8 +111,11 @@ def layout_key(layout: PackedLayout) -> str:
 def read_layout_key(key: str) -> PackedLayout:
     """The layout ``layout_key`` wrote, checked as a header's array descriptors are; ProtocolError (``bad_shared``)
     otherwise."""
+    parts = key.split(";") if key else []
+    if len(parts) > MAX_LAYOUT_ARRAYS:
+        raise ProtocolError("bad_shared", f"shared.layout lists {len(parts)} arrays, at most {MAX_LAYOUT_ARRAYS}")
     specs = []
-    for i, part in enumerate(key.split(";") if key else []):
+    for i, part in enumerate(parts):
         fields = part.split(":")
         if len(fields) != 3:
             raise ProtocolError("bad_shared", f"shared.layout part {i} {part!r:.60} is not name:dtype:shape")

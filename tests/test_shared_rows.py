@@ -209,6 +209,8 @@ def test_a_layout_key_reads_back_as_the_layout_it_was_written_from(arrays) -> No
     (":float32:3", "has an empty name"),
     ("obs:float32:3;obs:int8:2", "appears more than once"),
     ("obs:float32:" + ",".join(["1"] * 33), "33 dimensions, limit is 32"),
+    (";".join(f"a{i}:bool:" for i in range(65)), "lists 65 arrays, at most 64"),
+    ("obs:float32:" + "9" * 5000, "is not integers"),
 ])
 def test_a_layout_key_that_is_not_one_is_refused(key: str, says: str) -> None:
     with pytest.raises(ProtocolError, match=re.escape(says)) as caught:
