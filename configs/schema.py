@@ -239,10 +239,9 @@ class NetworkSection:
     shared_memory_rows: bool = True
     """With same_machine_ipc, those hosts leave each message's rows in a shared-memory slot the learner reads them
     from, and send only where they lie (protocol/shared_rows.py), when a message holds shared_rows_min_bytes."""
-    shared_rows_min_bytes: Annotated[int, Range(low=0)] = 1 << 20
-    """Smallest full message whose rows go through shared memory: smaller ones cost more that way than over the
-    socket (ops.bench.pipeline --transport shm against ipc: CartPole's 20-330 kB messages slower, the gridworld's
-    3 MB ones faster)."""
+    shared_rows_min_bytes: Annotated[int, Range(low=0)] = 0
+    """Smallest full message whose rows go through shared memory (0: all; ops.bench.pipeline --transport shm against
+    ipc measured CartPole's 20 kB messages as fast and the gridworld's 3 MB ones faster that way)."""
     max_message_bytes: Annotated[int, Range(low=1024)] = 1 << 28
     """Largest message accepted on any socket."""
     max_abs_value: PositiveFloat = 1e6

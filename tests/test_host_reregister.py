@@ -69,8 +69,7 @@ def test_weights_of_another_model_make_the_host_register_again_instead_of_loadin
 def test_host_rebuilds_for_a_learner_restarted_with_another_config(tmp_path):
     run = Run(tmp_path)
     try:
-        shared_rows = ("--set", "network.shared_rows_min_bytes=0")  # CartPole's small messages too
-        first = run.learner("--set", "trainer.target_episode_return=null", *QUICK_PEER_TIMEOUT, *shared_rows)
+        first = run.learner("--set", "trainer.target_episode_return=null", *QUICK_PEER_TIMEOUT)
         host = run.actors(2)
         run.note_workers(host)
         old_workers = env_workers(host.pid)
@@ -83,7 +82,7 @@ def test_host_rebuilds_for_a_learner_restarted_with_another_config(tmp_path):
         second_dir = tmp_path / "second"
         second = start("learner", "--config", "configs/cartpole.yaml", "--run-dir", str(second_dir),
                        "--set", f"network.port={run.port}", "--set", "trainer.target_episode_return=null",
-                       "--set", "model.hidden_size=16", *QUICK_PEER_TIMEOUT, *shared_rows, log=tmp_path / "second.log")
+                       "--set", "model.hidden_size=16", *QUICK_PEER_TIMEOUT, log=tmp_path / "second.log")
         run.procs.append(second)
         assert wait_for(lambda: len(metrics(second_dir)) >= 2, 180), run.log("second.log") + run.log("actors.log")
         out = run.log("actors.log")

@@ -222,8 +222,8 @@ def test_a_learner_busy_training_past_the_peer_timeout_is_waited_for(capsys) -> 
     """A learner whose update keeps its ingest from reading (and its slots out) for longer than the peer timeout is
     not taken for one that lost them: the host built from the config waits, and falls back only after 6 timeouts."""
     network = NetworkSection()
-    assert SharedRowsOut.for_messages(network, hwm=2, message_bytes=network.shared_rows_min_bytes - 1) is None
-    out = SharedRowsOut.for_messages(network, hwm=1, message_bytes=network.shared_rows_min_bytes)
+    assert SharedRowsOut.for_messages(NetworkSection(shared_rows_min_bytes=4096), hwm=2, message_bytes=4095) is None
+    out = SharedRowsOut.for_messages(network, hwm=1, message_bytes=1 << 20)
     assert out is not None and out.count == 2
     try:
         assert isinstance(out.take("t1", now=0.0), Slot) and isinstance(out.take("t1", now=0.0), Slot)
