@@ -117,10 +117,10 @@ def bad_references(good: Message) -> dict[str, Message]:
                 good, fields={**good.fields, "shared": {**ref, "segment": "sluice_1_rows_" + "0" * 16}}),
             "belongs to another registration": dataclasses.replace(good, fields={**good.fields,
                                                                                   "token": OTHER.token}),
-            "its layout's arrays need": dataclasses.replace(good, fields={**good.fields,
-                                                                          "shared": {**ref, "nbytes": ref["nbytes"] + 8}}),
-            "is not name:dtype:shape": dataclasses.replace(good, fields={**good.fields,
-                                                                         "shared": {**ref, "layout": "obs:float32"}})}
+            "its layout's arrays need": dataclasses.replace(
+                good, fields={**good.fields, "shared": {**ref, "nbytes": ref["nbytes"] + 8}}),
+            "is not name:dtype:shape": dataclasses.replace(
+                good, fields={**good.fields, "shared": {**ref, "layout": "obs:float32"}})}
 
 
 @pytest.mark.parametrize("line", ["does not hold payload", "no array frame", "cannot open rows segment",

@@ -4,10 +4,10 @@ copied out (or the message is dropped).
 
 A segment is mapped at the first message that names it and dropped once its registration is gone (the host said BYE,
 was forgotten or registered anew: a new registration comes with a new segment), or once a third segment of its
-registration is mapped (the host makes a new one when its learner ranks change, and keeps only the one before). A segment named by another
-registration than the one it is bound to is refused while that one is registered, so a host cannot hand back, or read,
-another host's slots; once it is gone, the segment goes to the registration that names it (a message its host built
-before registering again).
+registration is mapped (the host makes a new one when its learner ranks change, and keeps only the one before). A
+segment named by another registration than the one it is bound to is refused while that one is registered, so a host
+cannot hand back, or read, another host's slots; once it is gone, the segment goes to the registration that names it
+(a message its host built before registering again).
 """
 
 from __future__ import annotations
