@@ -9,7 +9,7 @@ A side that publishes a counter then reads the other side's sleeping flag, and n
 sleeps. A side that goes to sleep sets its flag, then looks at the counters once more before it blocks. A full
 fence stands between each side's store and its load. So, as in Dekker's algorithm, either the sleeper sees the new
 counter or the publisher sees the flag: no wake is lost, and neither side makes a system call while the other is
-awake. The fences are LLVM ``fence seq_cst`` (x86: a locked instruction; ARM: ``dmb ish``). They also order the data:
+awake. The fences (protocol/memory_fence.py) are LLVM ``fence seq_cst``. They also order the data:
 whoever sees a counter also sees the actions or the step written before it.
 
 Only steps that went well travel this way. An env error, a restart or a fatal report still goes over the pipe as a
@@ -20,24 +20,14 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-from numba import types
-from numba.extending import intrinsic
 
 from actors.worker_channel import QUIT, STATUS_NUDGE, WorkerEnd
+from protocol.memory_fence import fence as _full_fence
 
 SPIN_CHECKS = 2000
 """How many times a worker with no group to step looks at its counters before it goes to sleep on its pipe (a few
 microseconds: the host often hands the next group out in that time, and a longer spin takes the CPU from the host
 on a small machine)."""
-
-
-@intrinsic
-def _full_fence(typingctx):
-    """A sequentially consistent memory fence: no load or store crosses it."""
-    def codegen(context, builder, signature, args):
-        builder.fence("seq_cst")
-        return context.get_dummy_value()
-    return types.none(), codegen
 
 
 @numba.njit(cache=True, nogil=True)

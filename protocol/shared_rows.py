@@ -13,8 +13,9 @@ machine cannot guess) holds a header, two arrays of int64 sequence numbers and t
     data    slot i at data_offset + i * slot_stride (page-aligned)
 
 A slot is the host's to fill when ``done == sent``; the host sets ``sent`` before it writes and sends, the learner sets
-``done`` after it copied the rows out. One writer per word, so no atomics are needed; a reference whose ``seq`` the
-slot no longer holds is refused. A host makes a new segment for every registration, so a learner that died or forgot
+``done`` after it copied the rows out. One writer per word, so no atomics are needed; a full fence stands before
+the learner's ``done`` store and after the host's look at it (protocol/memory_fence.py), so on ARM too no read of a
+slot passes its handback; a reference whose ``seq`` the slot no longer holds is refused. A host makes a new segment for every registration, so a learner that died or forgot
 the host never hands back a slot of the segment in use. A host that finds no free slot waits, as for a full socket;
 only when none came back for several peer timeouts (a message lost on the way) does it send payloads on the socket
 as before (actors/shared_rows_out.py): a slot that is never handed back costs speed, never a stall.
@@ -38,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from .framing import ALLOWED_DTYPES, PackedLayout, checked_layout
+from .memory_fence import full_fence
 from .messages import ProtocolError
 
 SHM_DIR = Path("/dev/shm")
@@ -231,6 +233,7 @@ class RowSlots:
         slot, seq = int(free[0]), self._next_seq
         self._next_seq += 1
         self.sent[slot] = seq
+        full_fence()  # the learner's reads of this slot, before its ``done``, end before the host writes it again
         return slot, seq
 
     def free_slots(self) -> int:
@@ -253,6 +256,7 @@ class RowSlots:
     def release(self, ref: SharedRef) -> None:
         """Hand ``ref``'s slot back to the host (a learner's side, once the rows are copied out)."""
         if self.sent[ref.slot] == ref.seq:
+            full_fence()  # the rows are read out before the host may see the slot free (ARM may reorder otherwise)
             self.done[ref.slot] = ref.seq
 
     def close(self) -> None:

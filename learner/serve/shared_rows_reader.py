@@ -18,6 +18,7 @@ import numpy as np
 
 from learner.serve.senders import Sender, SenderRegistry
 from protocol import Message, PackedLayout, ProtocolError
+from protocol.memory_fence import full_fence
 from protocol.shared_rows import RowSlots, SharedRef, payload_arrays, read_layout_key, read_ref
 
 MAX_SEGMENTS = 4096
@@ -43,6 +44,7 @@ class SharedRowsReader:
         self.next_sweep = 0.0
         self.layouts: dict[str, PackedLayout] = {}
         """Each ``shared.layout`` met, read and checked once."""
+        full_fence()  # compiled (or loaded from numba's cache) now, not at the first slot handed back
 
     def arrays(self, field: object, sender: Sender) -> dict[str, np.ndarray]:
         """The arrays of the payload a ROWS message's ``shared`` field names, as read-only views of the slot (held
