@@ -46,9 +46,9 @@ __all__ = [
     "PROTOCOL_MAJOR",
     "PROTOCOL_NAME",
     "PROTOCOL_TAG",
+    "checked_layout",
     "decode",
     "encode",
-    "checked_layout",
     "pack_arrays",
 ]
 

@@ -13,12 +13,13 @@ machine cannot guess) holds a header, two arrays of int64 sequence numbers and t
     data    slot i at data_offset + i * slot_stride (page-aligned)
 
 A slot is the host's to fill when ``done == sent``; the host sets ``sent`` before it writes and sends, the learner sets
-``done`` after it copied the rows out. One writer per word, so no atomics are needed; a full fence stands before
-the learner's ``done`` store and after the host's look at it (protocol/memory_fence.py), so on ARM too no read of a
-slot passes its handback; a reference whose ``seq`` the slot no longer holds is refused. A host makes a new segment for every registration, so a learner that died or forgot
-the host never hands back a slot of the segment in use. A host that finds no free slot waits, as for a full socket;
-only when none came back for several peer timeouts (a message lost on the way) does it send payloads on the socket
-as before (actors/shared_rows_out.py): a slot that is never handed back costs speed, never a stall.
+``done`` after it copied the rows out. One writer per word, so no atomics are needed; a full fence stands before the
+learner's ``done`` store and after the host's look at it (protocol/memory_fence.py), so on ARM too no read of a slot
+passes its handback; a reference whose ``seq`` the slot no longer holds is refused. A host makes a new segment for
+every registration, so a learner that died or forgot the host never hands back a slot of the segment in use. A host
+that finds no free slot waits, as for a full socket; only when none came back for several peer timeouts (a message
+lost on the way) does it send payloads on the socket as before (actors/shared_rows_out.py): a slot that is never
+handed back costs speed, never a stall.
 
 Only a learner on the same machine, under the same user, reads a segment (``RowSlots.open`` checks the owner); such a
 process can read the host's memory anyway, so the payload is validated in place, as a socket's would be, and copied.
