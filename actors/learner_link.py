@@ -25,7 +25,7 @@ from zmq.utils.monitor import recv_monitor_message
 from protocol import Limits, Message, MessageType, PackedArrays, ProtocolError, decode, encode
 from protocol.curve import ClientCurve
 from protocol.endpoints import Endpoint, parse_endpoint
-from protocol.same_machine import ipc_routes, machine_identity
+from protocol.same_machine import ipc_routes, machine_identity, owned_by_this_user
 from protocol.sending import send_nonblocking
 from protocol.zmtp_greeting import peer_mechanism
 
@@ -367,7 +367,8 @@ class LearnerLink:
         self.data_routes: tuple[str, ...] = ()
         self.ipc_routes = dict(registration.ipc_routes)
         self.packed_rows = registration.packed_rows
-        self.shared_rows = registration.shared_rows and registration.packed_rows
+        self.shared_rows = (registration.shared_rows and registration.packed_rows  # and the learner can open them:
+                            and all(owned_by_this_user(ipc) for ipc in self.ipc_routes.values()))
         self.data_endpoint = registration.data_endpoint
         if registration.data_endpoints:
             self.route_data(registration.data_endpoints)

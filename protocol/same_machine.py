@@ -131,6 +131,16 @@ def ipc_routes(value: Any, *, machine: str | None) -> dict[str, str]:
     return routes
 
 
+def owned_by_this_user(endpoint: str) -> bool:
+    """Whether the unix socket file of ipc endpoint ``endpoint`` is this process's user's. A learner reads a rows
+    segment only of its own user (protocol/shared_rows.py), so a host of another user (root beside a user's learner)
+    sends its rows in the messages."""
+    try:
+        return os.stat(endpoint.removeprefix("ipc://")).st_uid == os.geteuid()
+    except OSError:
+        return False
+
+
 def bind_ipc(socket: zmq.Socket, path: Path) -> IpcRoute | None:
     """Bind ``socket`` also at ``ipc://path`` (after removing stale files of dead learners), and remove the file at
     exit if it is still there; None (logged) where this machine cannot say who it is or the bind fails: hosts then

@@ -206,3 +206,36 @@ def test_rows_for_a_rank_that_went_away_after_the_socket_said_it_had_room_are_re
         learner.close(linger=0)
         remove_ipc_file(route)
         context.term()
+
+
+def test_rows_go_through_shared_memory_only_to_a_learner_of_this_user(short_dir):
+    """A learner opens only its own user's rows segments (protocol/shared_rows.py): a host whose learner's socket file
+    is another user's (a root host beside a user's learner) keeps its rows in the messages."""
+    context = zmq.Context()
+    learner = context.socket(zmq.PULL)
+    route = bind_ipc(learner, data_ipc_path(os.getpid(), 0, short_dir))
+    assert route is not None
+    link = LearnerLink(parse_endpoint("tcp://127.0.0.1:9", "--learner"), num_workers=1, limits=Limits())
+    data_endpoint = "tcp://127.0.0.1:10"
+
+    def registered(shared_rows: bool) -> None:
+        link.open_streams(Registration(config={}, run_id="r", version=0, weights={}, data_port=10, weights_port=11,
+                                       data_endpoint=data_endpoint, packed_rows=True, shared_rows=shared_rows,
+                                       ipc_routes=ipc_routes({data_endpoint: route.to_field()},
+                                                             machine=machine_identity())),
+                          hwm=2, buffer_bytes=65536)
+
+    try:
+        registered(shared_rows=True)
+        assert link.rows_through_memory
+        registered(shared_rows=False)
+        assert not link.rows_through_memory
+        if os.geteuid() == 0:  # as root (CI) the socket file can be given to another user
+            os.chown(route.path, 65534, 65534)
+            registered(shared_rows=True)
+            assert not link.rows_through_memory and link.data_endpoint in link.ipc_routes  # ipc, rows in messages
+    finally:
+        link.close()
+        learner.close(linger=0)
+        remove_ipc_file(route)
+        context.term()
