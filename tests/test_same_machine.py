@@ -8,6 +8,7 @@ import os
 import shutil
 import socket
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -142,100 +143,88 @@ def test_rows_over_ipc_need_the_same_curve_key_and_the_file_goes_with_the_ingest
     assert not Path(thread.ipc.path).exists(), "the ingest removes its socket file when it stops"
 
 
-def test_the_link_connects_rows_over_ipc_when_the_learner_offers_it_and_tcp_otherwise(short_dir, capsys):
+@dataclass
+class IpcRank:
+    """A learner rank's data socket bound at ipc only (a message arrives only if the host chose ipc), and a host's
+    link to the learner whose registrations offer that socket."""
+
+    context: zmq.Context
+    learner: zmq.Socket
+    route: IpcRoute
+    link: LearnerLink
+    data_endpoint: str = "tcp://127.0.0.1:10"
+
+    def register(self, *, offer_ipc: bool = True, **fields: object) -> None:
+        """The link opens the streams of a registration with ``fields``, offering the ipc route if ``offer_ipc``."""
+        offered = {self.data_endpoint: self.route.to_field()} if offer_ipc else {}
+        routes = ipc_routes(offered, machine=machine_identity())
+        fields = {"data_endpoint": self.data_endpoint, "ipc_routes": routes, **fields}
+        self.link.open_streams(Registration(config={}, run_id="r", version=0, weights={}, data_port=10,
+                                            weights_port=11, **fields), hwm=2, buffer_bytes=65536)
+
+
+@pytest.fixture
+def ipc_rank(short_dir):
     context = zmq.Context()
-    learner = context.socket(zmq.PULL)  # bound at ipc only: a message arrives only if the host chose ipc
+    learner = context.socket(zmq.PULL)
     route = bind_ipc(learner, data_ipc_path(os.getpid(), 0, short_dir))
     assert route is not None
-    link = LearnerLink(parse_endpoint("tcp://127.0.0.1:9", "--learner"), num_workers=1, limits=Limits())
-    data_endpoint = "tcp://127.0.0.1:10"
+    rank = IpcRank(context=context, learner=learner, route=route,
+                   link=LearnerLink(parse_endpoint("tcp://127.0.0.1:9", "--learner"), num_workers=1, limits=Limits()))
     try:
-        offered = ipc_routes({data_endpoint: route.to_field()}, machine=machine_identity())
-        link.open_streams(Registration(config={}, run_id="r", version=0, weights={}, data_port=10, weights_port=11,
-                                       data_endpoint=data_endpoint, ipc_routes=offered), hwm=2, buffer_bytes=65536)
-        assert capsys.readouterr().out == f"actors: rows go to the learner over {route.endpoint} (same machine)\n"
-        assert wait_for(link.can_send_rows, 5)
-        link.data.send(b"rows")
-        assert learner.poll(5000) and learner.recv() == b"rows"
-        link.open_streams(Registration(config={}, run_id="r", version=0, weights={}, data_port=10, weights_port=11,
-                                       data_endpoint=data_endpoint), hwm=2, buffer_bytes=65536)
-        assert capsys.readouterr().out == ""  # no route offered: TCP, as before
-        assert link.data_routes == () and not link.can_send_rows()  # nothing listens at the TCP port
-        link.open_streams(Registration(config={}, run_id="r", version=0, weights={}, data_port=10, weights_port=11,
-                                       data_endpoints=("tcp://*:10", "tcp://*:12"),
-                                       ipc_routes={"tcp://*:12": route.endpoint}), hwm=2, buffer_bytes=65536)
-        assert link.resolve("tcp://*:12") == route.endpoint and link.resolve("tcp://*:10") == "tcp://127.0.0.1:10"
-        assert capsys.readouterr().out == f"actors: rows go to the learner over {route.endpoint} (same machine)\n"
+        yield rank
     finally:
-        link.close()
-        learner.close(linger=0)
+        rank.link.close()
+        rank.learner.close(linger=0)
         remove_ipc_file(route)
         context.term()
+
+
+def test_the_link_connects_rows_over_ipc_when_the_learner_offers_it_and_tcp_otherwise(ipc_rank, capsys):
+    link, route = ipc_rank.link, ipc_rank.route
+    ipc_rank.register()
+    assert capsys.readouterr().out == f"actors: rows go to the learner over {route.endpoint} (same machine)\n"
+    assert wait_for(link.can_send_rows, 5)
+    link.data.send(b"rows")
+    assert ipc_rank.learner.poll(5000) and ipc_rank.learner.recv() == b"rows"
+    ipc_rank.register(offer_ipc=False)
+    assert capsys.readouterr().out == ""  # no route offered: TCP, as before
+    assert link.data_routes == () and not link.can_send_rows()  # nothing listens at the TCP port
+    ipc_rank.register(offer_ipc=False, data_endpoints=("tcp://*:10", "tcp://*:12"),
+                      ipc_routes={"tcp://*:12": route.endpoint})
+    assert link.resolve("tcp://*:12") == route.endpoint and link.resolve("tcp://*:10") == "tcp://127.0.0.1:10"
+    assert capsys.readouterr().out == f"actors: rows go to the learner over {route.endpoint} (same machine)\n"
 
 
 @pytest.mark.timeout(20)
-def test_rows_for_a_rank_that_went_away_after_the_socket_said_it_had_room_are_refused_not_waited_for(short_dir):
+def test_rows_for_a_rank_that_went_away_after_the_socket_said_it_had_room_are_refused_not_waited_for(ipc_rank):
     """A learner rank stops between ``can_send_rows`` and ``send_rows``: the socket has no peer left, and a blocking
     send would wait for one forever (the host then ignores SIGTERM; a Slurm job's host hung so). The send returns
     None at once; the rows go out once a rank is back."""
-    context = zmq.Context()
-    learner = context.socket(zmq.PULL)
-    route = bind_ipc(learner, data_ipc_path(os.getpid(), 0, short_dir))
-    assert route is not None
-    link = LearnerLink(parse_endpoint("tcp://127.0.0.1:9", "--learner"), num_workers=1, limits=Limits())
-    data_endpoint = "tcp://127.0.0.1:10"
+    link = ipc_rank.link
     rows = Message(type=MessageType.ROWS, sender=link.name, fields={
         "num_rows": 0, "episode_returns": [], "episode_lengths": [], "env_steps": 0, "agent_steps": 0})
-    try:
-        link.open_streams(Registration(config={}, run_id="r", version=0, weights={}, data_port=10, weights_port=11,
-                                       data_endpoint=data_endpoint,
-                                       ipc_routes=ipc_routes({data_endpoint: route.to_field()},
-                                                             machine=machine_identity())),
-                          hwm=2, buffer_bytes=65536)
-        assert wait_for(link.can_send_rows, 5)
-        learner.close(linger=0)  # the rank stops after the host saw room
-        assert wait_for(lambda: not link.can_send_rows(), 5)
-        assert link.send_rows(rows) is None
-        learner = context.socket(zmq.PULL)  # the rank is back at the same address
-        learner.bind(route.endpoint)
-        assert wait_for(link.can_send_rows, 5)
-        assert link.send_rows(rows) is not None
-        assert learner.poll(5000) and decode(learner.recv_multipart()).type is MessageType.ROWS
-    finally:
-        link.close()
-        learner.close(linger=0)
-        remove_ipc_file(route)
-        context.term()
+    ipc_rank.register()
+    assert wait_for(link.can_send_rows, 5)
+    ipc_rank.learner.close(linger=0)  # the rank stops after the host saw room
+    assert wait_for(lambda: not link.can_send_rows(), 5)
+    assert link.send_rows(rows) is None
+    ipc_rank.learner = ipc_rank.context.socket(zmq.PULL)  # the rank is back at the same address
+    ipc_rank.learner.bind(ipc_rank.route.endpoint)
+    assert wait_for(link.can_send_rows, 5)
+    assert link.send_rows(rows) is not None
+    assert ipc_rank.learner.poll(5000) and decode(ipc_rank.learner.recv_multipart()).type is MessageType.ROWS
 
 
-def test_rows_go_through_shared_memory_only_to_a_learner_of_this_user(short_dir):
+def test_rows_go_through_shared_memory_only_to_a_learner_of_this_user(ipc_rank):
     """A learner opens only its own user's rows segments (protocol/shared_rows.py): a host whose learner's socket file
     is another user's (a root host beside a user's learner) keeps its rows in the messages."""
-    context = zmq.Context()
-    learner = context.socket(zmq.PULL)
-    route = bind_ipc(learner, data_ipc_path(os.getpid(), 0, short_dir))
-    assert route is not None
-    link = LearnerLink(parse_endpoint("tcp://127.0.0.1:9", "--learner"), num_workers=1, limits=Limits())
-    data_endpoint = "tcp://127.0.0.1:10"
-
-    def registered(shared_rows: bool) -> None:
-        link.open_streams(Registration(config={}, run_id="r", version=0, weights={}, data_port=10, weights_port=11,
-                                       data_endpoint=data_endpoint, packed_rows=True, shared_rows=shared_rows,
-                                       ipc_routes=ipc_routes({data_endpoint: route.to_field()},
-                                                             machine=machine_identity())),
-                          hwm=2, buffer_bytes=65536)
-
-    try:
-        registered(shared_rows=True)
-        assert link.rows_through_memory
-        registered(shared_rows=False)
-        assert not link.rows_through_memory
-        if os.geteuid() == 0:  # as root (CI) the socket file can be given to another user
-            os.chown(route.path, 65534, 65534)
-            registered(shared_rows=True)
-            assert not link.rows_through_memory and link.data_endpoint in link.ipc_routes  # ipc, rows in messages
-    finally:
-        link.close()
-        learner.close(linger=0)
-        remove_ipc_file(route)
-        context.term()
+    link = ipc_rank.link
+    ipc_rank.register(packed_rows=True, shared_rows=True)
+    assert link.rows_through_memory
+    ipc_rank.register(packed_rows=True, shared_rows=False)
+    assert not link.rows_through_memory
+    if os.geteuid() == 0:  # as root (CI) the socket file can be given to another user
+        os.chown(ipc_rank.route.path, 65534, 65534)
+        ipc_rank.register(packed_rows=True, shared_rows=True)
+        assert not link.rows_through_memory and link.data_endpoint in link.ipc_routes  # ipc, rows in messages
