@@ -341,7 +341,7 @@ class ActorHost:
             fields = report.fields(len(rows))
             if isinstance(slot, Slot):  # the payload stays in shared memory; the message says where
                 packed = self.assembler.gather_packed(rows, into=slot.buffer)
-                fields["shared"], arrays, packed = self.shared_rows.field(slot, packed.layout), {}, None
+                fields["shared"], arrays, packed = slot.ref(packed.layout), {}, None
             else:
                 packed = self.assembler.gather_packed(rows) if self.link.packed_rows else None
                 arrays = self.assembler.gather(rows) if packed is None else packed.arrays

@@ -17,7 +17,7 @@ import numpy as np
 
 from configs.schema import NetworkSection
 from protocol.framing import PackedLayout
-from protocol.shared_rows import RowSlots, SharedRef, layout_key
+from protocol.shared_rows import RowSlots, SharedRef
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,10 +33,10 @@ class Slot:
         """The slot's bytes, to lay the packed payload out in."""
         return self.slots.payload_buffer(self.index)
 
-    def ref(self, layout: PackedLayout, key: str) -> dict:
-        """The ROWS message's ``shared`` field for a payload of ``layout`` (``key``: its ``layout_key``) here."""
+    def ref(self, layout: PackedLayout) -> dict:
+        """The ROWS message's ``shared`` field for a payload of ``layout`` here."""
         return SharedRef(segment=self.slots.name, slot=self.index, seq=self.seq, nbytes=layout.total,
-                         layout=key).to_field()
+                         layout=layout.key).to_field()
 
 
 RECLAIM_PEER_TIMEOUTS = 6
@@ -51,22 +51,20 @@ class SharedRowsOut:
     """The slots of the current registration (used by the host's main thread only)."""
 
     def __init__(self, *, slots: int, slot_bytes: int, reclaim_s: float) -> None:
-        self.count, self.slot_bytes, self.reclaim_s = slots, slot_bytes, reclaim_s
+        self.slot_bytes, self.reclaim_s = slot_bytes, reclaim_s
         self.segment: RowSlots | None = None
         self.retired: RowSlots | None = None
         """The previous registration's segment, kept until the next one: a message built for it may still go."""
         self.token: str | None = None
         """The registration the segment is for (a new registration gets a new segment)."""
         self.taken_at = np.zeros(slots)
-        """Monotonic time each slot was last taken."""
+        """Monotonic time each slot was last taken (one per slot of a segment)."""
         self.failed = False
         """The segment could not be made (said once): every message carries its payload."""
         self.said_lost = False
         """Slots were out for ``reclaim_s`` and that was said (once per segment)."""
         self.renew_due = False
         """The next message gets a new segment (``renew``)."""
-        self._keys: dict[int, tuple[PackedLayout, str]] = {}
-        """``layout_key`` of each layout met, by the layout's id (the assembler keeps one layout per row count)."""
 
     @classmethod
     def for_messages(cls, network: NetworkSection, *, hwm: int, message_bytes: int) -> SharedRowsOut | None:
@@ -94,13 +92,6 @@ class SharedRowsOut:
                   flush=True)
         return None
 
-    def field(self, slot: Slot, layout: PackedLayout) -> dict:
-        """The ROWS message's ``shared`` field for a payload of ``layout`` in ``slot``."""
-        known = self._keys.get(id(layout))
-        if known is None or known[0] is not layout:
-            known = self._keys[id(layout)] = layout, layout_key(layout)
-        return slot.ref(layout, known[1])
-
     def renew(self) -> None:
         """The data socket was routed to other learner ranks, which drops the messages queued for a rank it left
         (their slots never come back): the next message takes a slot of a new segment, the current one is kept
@@ -124,11 +115,11 @@ class SharedRowsOut:
             self.retired.close()
         self.retired, self.segment = self.segment, None  # a message built before may still name it
         try:
-            self.segment = RowSlots.create(self.count, self.slot_bytes)
+            self.segment = RowSlots.create(len(self.taken_at), self.slot_bytes)
         except OSError as err:
             self.failed = True
-            print(f"actors: cannot make a shared-memory rows segment of {self.count} x {self.slot_bytes} bytes in "
-                  f"/dev/shm ({err.strerror}): rows go to the learner inside the messages", flush=True)
+            print(f"actors: cannot make a shared-memory rows segment of {len(self.taken_at)} x {self.slot_bytes} "
+                  f"bytes in /dev/shm ({err.strerror}): rows go to the learner inside the messages", flush=True)
             return None
         self.token = token
         self.taken_at[:] = 0.0

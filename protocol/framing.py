@@ -173,6 +173,9 @@ class PackedLayout:
     """The payload's length in bytes."""
     specs: list[dict[str, Any]]
     """The header's array descriptors of a message of these arrays."""
+    key: str
+    """The arrays in one string, in message order: ``name:dtype:d0,d1,...`` joined by ``;`` (a ROWS message's
+    ``shared.layout``, protocol/shared_rows.py)."""
 
     @classmethod
     def of(cls, layout: Sequence[tuple[str, str, tuple[int, ...]]]) -> "PackedLayout":
@@ -183,8 +186,9 @@ class PackedLayout:
         offsets, total = _packed_offsets(sizes)
         specs = [{"name": name, "dtype": dtype, "shape": list(shape), "nbytes": nbytes}
                  for (name, dtype, shape), nbytes in zip(layout, sizes)]
+        key = ";".join(f"{name}:{dtype}:{','.join(map(str, shape))}" for name, dtype, shape in layout)
         return cls(names=tuple(name for name, _, _ in layout), dtypes=dtypes, shapes=shapes, offsets=tuple(offsets),
-                   total=total, specs=specs)
+                   total=total, specs=specs, key=key)
 
     def allocate(self, into: np.ndarray | None = None) -> PackedArrays:
         """Uninitialised arrays of this layout in one fresh buffer (its padding zeroed): fill them, then pass them to

@@ -58,8 +58,8 @@ MAX_LAYOUT_ARRAYS = 64
 """Most arrays a ``shared.layout`` may list (ROWS messages carry 14)."""
 REF_KEYS: dict[str, type] = {"segment": str, "slot": int, "seq": int, "nbytes": int, "layout": str}
 """A ROWS message's ``shared`` field: the segment, the slot and its sequence number, the payload's length and its
-arrays in one string (``layout_key``: a header's list of descriptor maps costs each side ~100 us a message to check,
-one string nothing, and a learner reads each distinct one once)."""
+arrays in one string (``PackedLayout.key``: a header's list of descriptor maps costs each side ~100 us a message to
+check, one string nothing, and a learner reads each distinct one once)."""
 
 
 def _round_up(value: int, multiple: int) -> int:
@@ -105,15 +105,9 @@ class SharedRef:
                 "layout": self.layout}
 
 
-def layout_key(layout: PackedLayout) -> str:
-    """A packed payload's arrays in one string, in message order: ``name:dtype:d0,d1,...`` joined by ``;``."""
-    return ";".join(f"{name}:{spec['dtype']}:{','.join(map(str, shape))}"
-                    for name, spec, shape in zip(layout.names, layout.specs, layout.shapes))
-
-
 def read_layout_key(key: str) -> PackedLayout:
-    """The layout ``layout_key`` wrote, checked as a header's array descriptors are; ProtocolError (``bad_shared``)
-    otherwise."""
+    """The layout whose ``PackedLayout.key`` is ``key``, checked as a header's array descriptors are; ProtocolError
+    (``bad_shared``) otherwise."""
     parts = key.split(";") if key else []
     if len(parts) > MAX_LAYOUT_ARRAYS:
         raise ProtocolError("bad_shared", f"shared.layout lists {len(parts)} arrays, at most {MAX_LAYOUT_ARRAYS}")

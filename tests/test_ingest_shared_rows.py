@@ -21,7 +21,7 @@ from learner.serve.shared_rows_reader import SharedRowsReader
 from protocol import Limits, Message, PackedLayout, encode
 from protocol.framing import dtype_name
 from protocol.same_machine import data_ipc_path
-from protocol.shared_rows import RowSlots, SharedRef, layout_key
+from protocol.shared_rows import RowSlots, SharedRef
 from tests.processes import wait_for
 from tests.test_ingest import HORIZON, ROWS_PER_MESSAGE, SEGMENTS, SENDER, SPEC, TOKEN, full_slot, rows_message
 
@@ -73,7 +73,7 @@ def through_memory(message: Message, segment: RowSlots) -> Message:
     packed = layout.allocate(segment.payload_buffer(slot))
     for name, array in message.arrays.items():
         packed.arrays[name][...] = array
-    ref = SharedRef(segment=segment.name, slot=slot, seq=seq, nbytes=layout.total, layout=layout_key(layout))
+    ref = SharedRef(segment=segment.name, slot=slot, seq=seq, nbytes=layout.total, layout=layout.key)
     return dataclasses.replace(message, fields={**message.fields, "shared": ref.to_field()}, arrays={})
 
 

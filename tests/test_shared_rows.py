@@ -17,8 +17,7 @@ from hypothesis import strategies as st
 from actors.shared_rows_out import WAIT, SharedRowsOut, Slot
 from configs.schema import NetworkSection
 from protocol import ALLOWED_DTYPES, PackedLayout, ProtocolError
-from protocol.shared_rows import (MAGIC, RowSlots, SharedRef, SlotsGeometry, layout_key, payload_arrays,
-                                  read_layout_key, read_ref)
+from protocol.shared_rows import MAGIC, RowSlots, SharedRef, SlotsGeometry, payload_arrays, read_layout_key, read_ref
 
 LAYOUT = PackedLayout.of([("obs", "float32", (3, 4)), ("done", "bool", (3,)), ("versions", "int64", (3,))])
 
@@ -37,7 +36,7 @@ def filled(segment: RowSlots, seed: int) -> tuple[SharedRef, dict[str, np.ndarra
     packed.arrays["obs"][:] = rng.normal(size=(3, 4))
     packed.arrays["done"][:] = rng.random(3) < 0.5
     packed.arrays["versions"][:] = rng.integers(0, 100, 3)
-    ref = SharedRef(segment=segment.name, slot=slot, seq=seq, nbytes=LAYOUT.total, layout=layout_key(LAYOUT))
+    ref = SharedRef(segment=segment.name, slot=slot, seq=seq, nbytes=LAYOUT.total, layout=LAYOUT.key)
     return ref, {name: array.copy() for name, array in packed.arrays.items()}
 
 
@@ -195,9 +194,9 @@ def test_a_packed_payload_is_laid_out_in_a_given_buffer() -> None:
                 max_size=16))
 def test_a_layout_key_reads_back_as_the_layout_it_was_written_from(arrays) -> None:
     layout = PackedLayout.of([(f"a{i}", dtype, tuple(shape)) for i, (dtype, shape) in enumerate(arrays)])
-    again = read_layout_key(layout_key(layout))
-    assert (again.names, again.dtypes, again.shapes, again.offsets, again.total) == (
-        layout.names, layout.dtypes, layout.shapes, layout.offsets, layout.total)
+    again = read_layout_key(layout.key)
+    assert (again.names, again.dtypes, again.shapes, again.offsets, again.total, again.key) == (
+        layout.names, layout.dtypes, layout.shapes, layout.offsets, layout.total, layout.key)
 
 
 @pytest.mark.parametrize(("key", "says"), [
@@ -224,7 +223,7 @@ def test_a_learner_busy_training_past_the_peer_timeout_is_waited_for(capsys) -> 
     network = NetworkSection()
     assert SharedRowsOut.for_messages(NetworkSection(shared_rows_min_bytes=4096), hwm=2, message_bytes=4095) is None
     out = SharedRowsOut.for_messages(network, hwm=1, message_bytes=1 << 20)
-    assert out is not None and out.count == 2
+    assert out is not None and len(out.taken_at) == 2
     try:
         assert isinstance(out.take("t1", now=0.0), Slot) and isinstance(out.take("t1", now=0.0), Slot)
         for now in (1.0, network.peer_timeout_s + 1, 3 * network.peer_timeout_s, 6 * network.peer_timeout_s - 0.1):
