@@ -11,207 +11,23 @@ The fields, their shapes and dtypes, and what each step's values mean: ``protoco
 assembler keeps one buffer per field, holding the field's poison value until written; every buffer is a view of
 one byte block (the pool), and a call's inputs are views of another (``StagedSteps``).
 
-The hot paths are ``numba.njit`` kernels over those blocks; the class only validates and dispatches. The add
-kernel moves each field as bytes (or 4-byte words) through a table of offsets, so one compiled kernel serves
-every env's layout (no compile per observation shape or dtype) and a call passes it a few arrays, not two per
-field.
+The hot paths are ``numba.njit`` kernels over those blocks (``actors/row_kernels.py``); the class only validates and
+dispatches. The add kernel moves each field as bytes (or 4-byte words) through a table of offsets, so one compiled
+kernel serves every env's layout (no compile per observation shape or dtype) and a call passes it a few arrays, not
+two per field.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numba
 import numpy as np
 
-from actors.prefetch import prefetch_for_write
+from actors.row_kernels import (ALIGN_BYTES, ERR_BAD_AGENT, ERR_DUP_AGENT, ERR_NO_FREE, FREE, FREE_COUNT, FREE_HEAD,
+                                FULL_COUNT, WRITING, add_steps_kernel, gather_kernel, pop_full_kernel,
+                                release_kernel)
 from protocol.framing import PackedArrays, PackedLayout, dtype_name
 from protocol.rows import ROW_FIELDS, RowField, RowLayout
-
-# Ring bookkeeping lives in one int64[4] array so kernels can update it in place.
-_FREE_HEAD, _FREE_COUNT, _FULL_HEAD, _FULL_COUNT = 0, 1, 2, 3
-# Row ownership states (debugging aid: catches double releases and releases of unshipped rows).
-_FREE, _WRITING, _FULL, _SHIPPED = 0, 1, 2, 3
-# Kernel error codes.
-_ERR_NO_FREE, _ERR_BAD_AGENT, _ERR_DUP_AGENT, _ERR_BAD_ROW = -1, -2, -3, -4
-
-
-_CACHE_LINE_BYTES = 64
-"""Bytes per cache line (x86-64 and most ARM cores): the step between prefetched addresses."""
-_PREFETCH_AHEAD = 4
-"""Steps between the one being copied and the one whose destination is prefetched (ops/bench/assembler_copy.py)."""
-_PREFETCH_MIN_LINES = 2
-"""Values narrower than this many cache lines are copied without prefetching (a scalar's line is one request
-either way)."""
-_ALIGN_BYTES = 64
-"""Each field's place in the pool and in the staged inputs starts on a multiple of this (a cache line: no two
-fields share one, and every dtype's alignment holds)."""
-
-
-@numba.njit(cache=True)
-def _prefetch_value(buffer, row, t, width, line):
-    """Prefetch the cache lines of ``buffer[row, t, :width]`` (``line`` elements per line) for writing."""
-    for k in range(0, width, line):
-        prefetch_for_write(buffer, row, t, k)
-    prefetch_for_write(buffer, row, t, width - 1)  # the last line, when the value does not start on a line
-
-
-@numba.njit(cache=True)
-def _copy_steps(values, buffer, dest, n):
-    """One per-step field of ``n`` steps, as bytes or 4-byte words: ``values`` [n, width] into ``buffer``
-    [rows, horizon, width] at ``dest``'s positions."""
-    width = buffer.shape[2]
-    if width == 1:  # a scalar: no inner loop
-        for i in range(n):
-            buffer[dest[i, 0], dest[i, 1], 0] = values[i, 0]
-            if dest[i, 2] >= 0:
-                buffer[dest[i, 2], 0, 0] = values[i, 0]
-        return
-    line = _CACHE_LINE_BYTES // buffer.itemsize  # elements per cache line
-    prefetch = width >= _PREFETCH_MIN_LINES * line  # a value of a line or two gains nothing from it
-    if prefetch:
-        for i in range(min(_PREFETCH_AHEAD, n)):
-            _prefetch_value(buffer, dest[i, 0], dest[i, 1], width, line)
-    for i in range(n):
-        if prefetch and i + _PREFETCH_AHEAD < n:  # the rows are scattered: ask for a later step's lines meanwhile
-            _prefetch_value(buffer, dest[i + _PREFETCH_AHEAD, 0], dest[i + _PREFETCH_AHEAD, 1], width, line)
-        row, t, new = dest[i, 0], dest[i, 1], dest[i, 2]
-        for k in range(width):
-            buffer[row, t, k] = values[i, k]
-        if new >= 0:
-            for k in range(width):
-                buffer[new, 0, k] = values[i, k]
-
-
-@numba.njit(cache=True)
-def _copy_rows(values, buffer, dest, n):
-    """One per-row field, as bytes: ``values`` [n, width] into ``buffer`` [rows, width] for the steps that open a row
-    (position 0 or a new row)."""
-    width = buffer.shape[1]
-    for i in range(n):
-        if dest[i, 1] == 0:
-            for k in range(width):
-                buffer[dest[i, 0], k] = values[i, k]
-        if dest[i, 2] >= 0:
-            for k in range(width):
-                buffer[dest[i, 2], k] = values[i, k]
-
-
-@numba.njit(cache=True)
-def _add_steps_kernel(agent_ids, stamp, inputs, table, pool, horizon, ep_indices, ep_lengths, free_ring, full_ring,
-                      rings, row_state, seen, dest):
-    """Write steps; return rows completed, or a negative error code with NOTHING modified.
-
-    Every field travels as bytes (4-byte words where its width allows), so one compiled kernel serves every
-    layout: ``inputs`` (uint8) holds each field's values of this call's steps, [n, width] from the field's input
-    offset; ``pool`` (uint8) holds each field's buffer, [rows, horizon, width] per step or [rows, width] per row
-    from its pool offset; ``table`` has a row (input offset, width in bytes, pool offset, 1 per step / 0 per row)
-    per field of width > 0. The rest is the bookkeeping,
-    ``dest`` [num_agents, 3] the scratch for each step's (row, position, new row or -1).
-    """
-    n = agent_ids.shape[0]
-    num_agents = ep_indices.shape[0]
-    num_rows = free_ring.shape[0]
-    needed = 0
-    for i in range(n):  # validation pass: nothing is written unless the whole call can succeed
-        a = agent_ids[i]
-        if a < 0 or a >= num_agents:
-            return _ERR_BAD_AGENT
-        if seen[a] == stamp:
-            return _ERR_DUP_AGENT
-        seen[a] = stamp
-        if ep_lengths[a] == horizon - 1:
-            needed += 1
-    if needed > rings[_FREE_COUNT]:
-        return _ERR_NO_FREE
-    completed = 0
-    for i in range(n):  # bookkeeping pass: where each step goes, and rows that fill move to FULL
-        a = agent_ids[i]
-        row = ep_indices[a]
-        t = ep_lengths[a]
-        dest[i, 0] = row
-        dest[i, 1] = t
-        dest[i, 2] = -1
-        t += 1
-        if t == horizon:
-            full_ring[(rings[_FULL_HEAD] + rings[_FULL_COUNT]) % num_rows] = row
-            rings[_FULL_COUNT] += 1
-            row_state[row] = _FULL
-            new = free_ring[rings[_FREE_HEAD]]
-            rings[_FREE_HEAD] = (rings[_FREE_HEAD] + 1) % num_rows
-            rings[_FREE_COUNT] -= 1
-            row_state[new] = _WRITING
-            dest[i, 2] = new  # the step is also step 0 of the agent's next row
-            ep_indices[a] = new
-            t = 1
-            completed += 1
-        ep_lengths[a] = t
-    for f in range(table.shape[0]):
-        at, nbytes, pool_at, per_step = table[f, 0], table[f, 1], table[f, 2], table[f, 3]
-        if per_step and nbytes % 4 == 0:  # 4-byte words (every scalar field but the done flag): one move each
-            words = nbytes // 4
-            _copy_steps(inputs[at:at + n * nbytes].view(np.uint32).reshape((n, words)),
-                        pool[pool_at:pool_at + num_rows * horizon * nbytes].view(np.uint32).reshape(
-                            (num_rows, horizon, words)), dest, n)
-        elif per_step:
-            _copy_steps(inputs[at:at + n * nbytes].reshape((n, nbytes)),
-                        pool[pool_at:pool_at + num_rows * horizon * nbytes].reshape((num_rows, horizon, nbytes)),
-                        dest, n)
-        else:
-            _copy_rows(inputs[at:at + n * nbytes].reshape((n, nbytes)),
-                       pool[pool_at:pool_at + num_rows * nbytes].reshape((num_rows, nbytes)), dest, n)
-    return completed
-
-
-@numba.njit(cache=True)
-def _gather_kernel(rows, num_rows, pool, table, payload):
-    """Every field's bytes of ``rows`` into ``payload`` (a packed ROWS message's), field after field: ``table``
-    [fields, 3] holds each field's offset in ``pool``, its bytes per row and its offset in ``payload``. Returns -1
-    (and copies nothing) if a row is not in [0, num_rows)."""
-    for j in range(rows.shape[0]):
-        if rows[j] < 0 or rows[j] >= num_rows:
-            return -1
-    for f in range(table.shape[0]):  # unsigned indices: no negative-index wraparound, so LLVM vectorizes the copy
-        source, width, dest = np.uint64(table[f, 0]), np.uint64(table[f, 1]), np.uint64(table[f, 2])
-        for j in range(rows.shape[0]):
-            src = source + np.uint64(rows[j]) * width
-            dst = dest + np.uint64(j) * width
-            for k in range(width):
-                payload[dst + k] = pool[src + k]
-    return 0
-
-
-@numba.njit(cache=True)
-def _pop_full_kernel(full_ring, rings, row_state, out):
-    """Move up to ``len(out)`` oldest full rows into ``out``; return how many."""
-    num_rows = full_ring.shape[0]
-    k = min(out.shape[0], rings[_FULL_COUNT])
-    head = rings[_FULL_HEAD]
-    for j in range(k):
-        row = full_ring[(head + j) % num_rows]
-        out[j] = row
-        row_state[row] = _SHIPPED
-    rings[_FULL_HEAD] = (head + k) % num_rows
-    rings[_FULL_COUNT] -= k
-    return k
-
-
-@numba.njit(cache=True)
-def _release_kernel(rows, free_ring, rings, row_state):
-    """Push shipped rows back onto FREE; return 0, or an error code with nothing modified."""
-    num_rows = free_ring.shape[0]
-    for j in range(rows.shape[0]):
-        r = rows[j]
-        if r < 0 or r >= num_rows or row_state[r] != _SHIPPED:
-            for q in range(j):  # undo the marks of this call before failing
-                row_state[rows[q]] = _SHIPPED
-            return _ERR_BAD_ROW
-        row_state[r] = _FREE  # marking now also rejects a row repeated within this call
-    for j in range(rows.shape[0]):
-        free_ring[(rings[_FREE_HEAD] + rings[_FREE_COUNT]) % num_rows] = rows[j]
-        rings[_FREE_COUNT] += 1
-    return 0
-
 
 VERSIONS = "versions"
 """The per-row field that ``add``'s ``version`` argument fills (the policy version of a row's first step)."""
@@ -224,11 +40,11 @@ to end); the others are cast as NumPy casts (float placeholders for integer acti
 def _carve(specs: dict[str, tuple[tuple[int, ...], np.dtype, np.generic]]) -> tuple[np.ndarray, dict[str, np.ndarray],
                                                                                    dict[str, int]]:
     """One uint8 block holding an array per ``specs`` entry (name -> shape, dtype, fill value), each at an
-    ``_ALIGN_BYTES`` multiple and filled: the block, the arrays (views of it) and each one's byte offset."""
+    ``ALIGN_BYTES`` multiple and filled: the block, the arrays (views of it) and each one's byte offset."""
     offsets, sizes, total = {}, {}, 0
     for name, (shape, dtype, _) in specs.items():
         offsets[name], sizes[name] = total, int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        total += -(-sizes[name] // _ALIGN_BYTES) * _ALIGN_BYTES
+        total += -(-sizes[name] // ALIGN_BYTES) * ALIGN_BYTES
     block = np.empty(total, dtype=np.uint8)
     arrays = {}
     for name, (shape, dtype, fill) in specs.items():
@@ -313,13 +129,13 @@ class RowAssembler:
         self.free_ring = np.arange(R, dtype=np.int64)
         self.full_ring = np.full(R, -1, dtype=np.int64)
         self.rings = np.array([0, R, 0, 0], dtype=np.int64)  # free head/count, full head/count
-        self.row_state = np.full(R, _FREE, dtype=np.int8)
+        self.row_state = np.full(R, FREE, dtype=np.int8)
         # Every agent takes one row from the free ring.
         self.ep_indices = self.free_ring[:num_agents].copy()
         self.ep_lengths = np.zeros(num_agents, dtype=np.int64)
-        self.rings[_FREE_HEAD] = num_agents
-        self.rings[_FREE_COUNT] = R - num_agents
-        self.row_state[self.ep_indices] = _WRITING
+        self.rings[FREE_HEAD] = num_agents
+        self.rings[FREE_COUNT] = R - num_agents
+        self.row_state[self.ep_indices] = WRITING
         self._seen = np.full(num_agents, -1, dtype=np.int64)  # duplicate-agent detection scratch
         self._stamp = 0
         dest = np.empty((num_agents, 3), dtype=np.int64)  # the kernel's per-step (row, position, new row)
@@ -357,11 +173,11 @@ class RowAssembler:
 
     def free_rows(self) -> int:
         """Rows available for agents to move into."""
-        return int(self.rings[_FREE_COUNT])
+        return int(self.rings[FREE_COUNT])
 
     def full_rows(self) -> int:
         """Completed rows waiting to be popped."""
-        return int(self.rings[_FULL_COUNT])
+        return int(self.rings[FULL_COUNT])
 
     def can_accept(self, num_steps: int) -> bool:
         """Whether ``num_steps`` agent steps surely fit (each completes at most one row)."""
@@ -403,14 +219,14 @@ class RowAssembler:
         if staged.versions[0, 0] != version:  # one value per step, of which the kernel reads the first n
             staged.versions.fill(version)
         self._stamp += 1
-        rc = _add_steps_kernel(ids, np.int64(self._stamp), staged.block, staged.table, self._pool, self.horizon,
+        rc = add_steps_kernel(ids, np.int64(self._stamp), staged.block, staged.table, self._pool, self.horizon,
                                *self._book)
-        if rc == _ERR_NO_FREE:
+        if rc == ERR_NO_FREE:
             raise RuntimeError(f"row assembler out of free rows ({self.free_rows()} free, "
                                f"{self.full_rows()} full); check can_accept() before add_steps()")
-        if rc == _ERR_BAD_AGENT:
+        if rc == ERR_BAD_AGENT:
             raise ValueError(f"agent id out of range [0, {self.num_agents})")
-        if rc == _ERR_DUP_AGENT:
+        if rc == ERR_DUP_AGENT:
             raise ValueError("agent_ids must be distinct within one add_steps call")
         return int(rc)
 
@@ -444,13 +260,13 @@ class RowAssembler:
     def pop_full(self, max_rows: int) -> np.ndarray:
         """Remove and return up to ``max_rows`` full row indices (int64), oldest first."""
         out = np.empty(max(0, min(int(max_rows), self.full_rows())), dtype=np.int64)
-        k = _pop_full_kernel(self.full_ring, self.rings, self.row_state, out)
+        k = pop_full_kernel(self.full_ring, self.rings, self.row_state, out)
         return out[:k]
 
     def release(self, rows: np.ndarray) -> None:
         """Give shipped rows (from ``pop_full``) back to the FREE ring. Rejects any other row."""
         r = np.ascontiguousarray(rows, dtype=np.int64).reshape(-1)
-        if _release_kernel(r, self.free_ring, self.rings, self.row_state) != 0:
+        if release_kernel(r, self.free_ring, self.rings, self.row_state) != 0:
             raise ValueError("release() takes only rows returned by pop_full() and not yet released")
 
     def discard_agents(self, agent_ids: np.ndarray) -> None:
@@ -471,7 +287,7 @@ class RowAssembler:
         r = np.ascontiguousarray(rows, dtype=np.int64).reshape(-1)
         layout, table = self._packed.get(len(r)) or self._packed_layout(len(r))
         packed = layout.allocate(into)
-        if _gather_kernel(r, self.num_rows, self._pool, table, packed.buffer) != 0:
+        if gather_kernel(r, self.num_rows, self._pool, table, packed.buffer) != 0:
             raise ValueError(f"gather_packed takes rows in [0, {self.num_rows}), got {r.min()}..{r.max()}")
         return packed
 

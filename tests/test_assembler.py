@@ -7,7 +7,7 @@ from collections import deque
 import numpy as np
 import pytest
 
-from actors import assembler as asm_mod
+from actors import row_kernels
 from actors.assembler import RowAssembler
 from envs.base import OBS_DTYPES
 
@@ -229,7 +229,7 @@ def test_poison_and_numba_compiled() -> None:
     other = small(horizon=2)
     assert step_one(other, 0, 1.0) == 0 and step_one(other, 0, 2.0) == 1
     other.release(other.pop_full(3))
-    for kernel in (asm_mod._add_steps_kernel, asm_mod._pop_full_kernel, asm_mod._release_kernel):
+    for kernel in (row_kernels.add_steps_kernel, row_kernels.pop_full_kernel, row_kernels.release_kernel):
         assert len(kernel.signatures) > 0
 
 
@@ -243,7 +243,7 @@ def test_one_compiled_add_kernel_serves_every_layout() -> None:
         asm.warm_up()
         staged = asm.stage(2)
         asm.add_staged(staged, np.array([1, 0]), 3)
-    assert len(asm_mod._add_steps_kernel.signatures) == 1
+    assert len(row_kernels.add_steps_kernel.signatures) == 1
 
 
 def test_staged_inputs_of_another_assembler_are_refused() -> None:

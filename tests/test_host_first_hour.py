@@ -127,13 +127,14 @@ def test_alternations_are_logged_at_info_once_per_minute_and_summed_up(caplog):
 # -- warm-up and heartbeats while the host is built --------------------------------------------------------------
 
 def test_warm_up_compiles_every_kernel_the_host_calls():
-    from actors import assembler as module
+    from actors import row_kernels
     from actors.assembler import RowAssembler
     from configs.loader import load_config
     from envs.registry import env_spec
     from envs.rows import row_layout
 
-    kernels = [module._add_steps_kernel, module._pop_full_kernel, module._release_kernel]  # those Python calls
+    kernels = [row_kernels.add_steps_kernel, row_kernels.pop_full_kernel, row_kernels.release_kernel,
+               row_kernels.gather_kernel]  # those the host calls
     spec = env_spec(load_config(None).env)
     assembler = RowAssembler.for_layout(row_layout(spec, horizon=5, state_size=8), num_agents=6, num_rows=20)
     before = [rows.copy() for rows in (assembler.free_ring, assembler.rings)]
@@ -146,7 +147,9 @@ def test_warm_up_compiles_every_kernel_the_host_calls():
               if b.name != "versions" and b.width}
     for _ in range(6):  # as the stepper: steps that fill rows, then ship and release them
         assembler.add(ids, 1, **values)
-    assembler.release(assembler.pop_full(8))
+    rows = assembler.pop_full(8)
+    assembler.gather_packed(rows)
+    assembler.release(rows)
     assert [len(kernel.signatures) for kernel in kernels] == compiled, "the host's first steps compiled a kernel"
 
 

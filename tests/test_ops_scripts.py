@@ -16,9 +16,8 @@ REPO = Path(__file__).resolve().parents[1]
 FOLDERS = ("bench", "experiments")
 RUN_ELSEWHERE = {"ops.bench.pufferlib_side"}
 """Modules that run in another virtual environment (PufferLib's, .bench/pufferlib-venv), not importable here."""
-KNOWN_PRIVATE_IMPORTS = {"ops.bench.assembler_copy imports actors.assembler._add_steps_kernel"}
-"""Private names still imported from another package, until their owner makes them public: assembler_copy's
---profile times the numba kernel without RowAssembler's wrapper."""
+KNOWN_PRIVATE_IMPORTS: set[str] = set()
+"""Private names still imported from another package, until their owner makes them public (none now)."""
 
 
 def scripts(folder: str) -> list[Path]:

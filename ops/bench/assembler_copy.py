@@ -39,7 +39,8 @@ import time
 
 import numpy as np
 
-from actors.assembler import RowAssembler, _add_steps_kernel
+from actors.assembler import RowAssembler
+from actors.row_kernels import add_steps_kernel
 from configs.loader import load_config
 from configs.plan import make_plan
 from envs.registry import env_spec
@@ -235,7 +236,7 @@ def profile(layout: dict, inputs: list[dict], seconds: float) -> list[dict]:
         def kernel_call(c: int, asm: RowAssembler = asm, prepared: list = prepared) -> None:
             block, table = prepared[c % SOURCES]
             asm._stamp += 1
-            rc = _add_steps_kernel(batches[c % len(batches)], np.int64(asm._stamp), block, table, asm._pool,
+            rc = add_steps_kernel(batches[c % len(batches)], np.int64(asm._stamp), block, table, asm._pool,
                                    asm.horizon, *asm._book)
             assert rc >= 0, rc
 
