@@ -55,10 +55,12 @@ def test_pipeline_bench_reports_raw_pipeline_and_inference_figures(transport: st
     assert not descendants(os.getpid())
 
 
-def test_pipeline_bench_times_the_hosts_stages() -> None:
+@pytest.mark.parametrize("without", [[], ["--host-without", "gather"]])
+def test_pipeline_bench_times_the_hosts_stages(without: list[str]) -> None:
     before = set(Path("/dev/shm").glob("sluice_*"))
     (record,) = run_bench("pipeline", "--envs", "synthetic20us", "--async-factor", "2", "--seconds", "1",
-                          "--envs-per-worker", "8", "--pipeline-only", "--host-stages")
+                          "--envs-per-worker", "8", "--pipeline-only", "--host-stages", *without)
+    assert record.get("host_without", []) == without[1:] and record["messages_shared_fraction"] == 1.0
     figures = record["host_stages_cpu_us_per_agent_step"]
     assert {"poll", "collect", "act.scan", "act.policy", "act.wake", "act.assembler", "ship.gather", "ship.send",
             "main_thread", "process"} <= figures.keys()
@@ -73,7 +75,11 @@ def test_pipeline_bench_times_the_hosts_stages() -> None:
 
 @pytest.mark.parametrize("args, message", [
     (["--hosts", "2", "--host-stages"], "--profile-host and --host-stages time one host process: leave --hosts out"),
-    (["--profile-host", "x.prof", "--host-stages"], "--profile-host or --host-stages: one at a time")])
+    (["--profile-host", "x.prof", "--host-stages"], "--profile-host or --host-stages: one at a time"),
+    (["--host-without", "gather"], "--host-without changes what --host-stages times: add --host-stages"),
+    (["--host-stages", "--host-without", "gather", "--transport", "ipc"],
+     "--host-without gather leaves rows out of the shared-memory slot: it needs --transport shm"),
+    (["--host-stages", "--host-without", "scan"], "argument --host-without: invalid choice: 'scan'")])
 def test_pipeline_bench_refuses_host_stages_it_cannot_time(args: list[str], message: str) -> None:
     done = subprocess.run([sys.executable, "-m", "ops.bench.pipeline", *args], cwd=REPO, capture_output=True,
                           text=True, timeout=60)

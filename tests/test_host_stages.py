@@ -1,12 +1,15 @@
 """ops.bench.host_stages's arithmetic: each stage's CPU beyond its children, per agent step, with the clock's own cost
-per timed call taken out of every stage that times calls inside it. (Its run inside the pipeline bench:
-tests/test_bench.py.)"""
+per timed call taken out of every stage that times calls inside it; and its gather left out (``--without gather``).
+(Its run inside the pipeline bench: tests/test_bench.py.)"""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
-from ops.bench.host_stages import STAGES, stages_for
+from actors.assembler import RowAssembler
+from ops.bench.host_stages import STAGES, gather_without_copy, stages_for
+from tests.test_assembler import small, step_one
 
 
 def measured(seconds: dict[str, float], calls: dict[str, int], *, clock_s: float = 0.0, clock_inner_s: float = 0.0,
@@ -58,3 +61,24 @@ def test_every_stage_but_the_loop_has_a_parent_in_the_tree() -> None:
     for stage in STAGES[1:]:
         assert stage.parent in names[:names.index(stage.name)]
         assert callable(getattr(stage.owner, stage.method))
+
+
+def test_the_gather_left_out_lays_a_slots_payload_out_without_copying_rows() -> None:
+    """``--without gather``: the first message of a size is gathered for real; later ones into a slot keep the bytes
+    the slot held (padding zeroed), in the same layout; a message that carries its rows is gathered as before."""
+    asm = small(horizon=3, num_agents=2, num_rows=8)
+    for t in range(6):
+        step_one(asm, 0, float(t))
+        step_one(asm, 1, 10.0 + t)
+    rows = asm.pop_full(4)
+    assert len(rows) == 4
+    gather = gather_without_copy(RowAssembler.gather_packed)
+    slot = np.full(asm.packed_bytes(2) + 64, 0xEE, dtype=np.uint8)
+    first = gather(asm, rows[:2], into=slot)
+    expected = asm.gather_packed(rows[:2])
+    assert bytes(first.buffer) == bytes(expected.buffer)
+    later = gather(asm, rows[2:], into=slot)
+    assert later.layout is first.layout and bytes(later.buffer) == bytes(expected.buffer)  # rows[:2]'s, not copied
+    fresh = gather(asm, rows[2:])
+    assert bytes(fresh.buffer) == bytes(asm.gather_packed(rows[2:]).buffer)
+    assert (slot[asm.packed_bytes(2):] == 0xEE).all()

@@ -10,6 +10,12 @@ The clock reads cost a microsecond or two per timed call. A stage's figure carri
 all of it for the calls timed inside it: the record takes both out (measured on an empty function at the start).
 What is left of the clock's error is a few percent of the host's CPU with groups of a few agents (a stage's figure
 that would come out below zero is zero), and well under that with groups of a hundred.
+
+``--without gather`` (``pipeline --host-without gather``) measures a design before it is built: the host lays each
+message's payload out in its shared-memory slot without copying the rows into it (the slot keeps the bytes an earlier
+message left there), which is what a host whose row pool lay in shared memory, and whose messages named rows of it,
+would spare. Each size of message is gathered for real once. The learner, or the sink, then reads stale rows: a
+measurement of the host's CPU, never a run to learn from.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from actors.null_policy import NullInference
 from actors.step_batch import StepBatch
 from actors.stepper import GroupStepper
 from actors.worker_pool import WorkerPool
+from protocol.framing import PackedArrays, PackedLayout
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,6 +72,28 @@ STAGES = (
     Stage(name="ship.send", owner=LearnerLink, method="send_rows", parent="ship"),
 )
 """The tree of timed stages; a stage's time beyond its children's is its ``.rest``."""
+
+
+WITHOUT = ("gather",)
+"""The work ``--without`` can leave out (see the module docstring)."""
+
+
+def gather_without_copy(method: Callable) -> Callable:
+    """``RowAssembler.gather_packed`` that, into a slot (``into``), only lays the payload's arrays out (its padding
+    zeroed) and leaves the rows' bytes uncopied, after one real gather of each row count; a fresh buffer is gathered as
+    before (a message that carries its rows)."""
+    layouts: dict[int, PackedLayout] = {}
+
+    @functools.wraps(method)
+    def without(self: RowAssembler, rows, into=None) -> PackedArrays:
+        layout = layouts.get(len(rows))
+        if into is None or layout is None:
+            packed = method(self, rows, into)
+            if into is not None:
+                layouts[len(rows)] = packed.layout
+            return packed
+        return layout.allocate(into)
+    return without
 
 
 def _timed(stage: Stage, totals: dict[str, list[float]], method: Callable) -> Callable:
@@ -120,8 +149,11 @@ def clock_cost_s(calls: int = 20000) -> tuple[float, float]:
     return totals[STAGES[0].name][0] / calls, (time.thread_time() - began) / calls
 
 
-def instrument() -> Callable[[], dict]:
-    """Time every stage; a function that returns what was measured so far."""
+def instrument(without: tuple[str, ...] = ()) -> Callable[[], dict]:
+    """Time every stage, leaving out the work ``without`` names (``WITHOUT``); a function that returns what was
+    measured so far."""
+    if "gather" in without:
+        RowAssembler.gather_packed = gather_without_copy(RowAssembler.gather_packed)
     totals: dict[str, list[float]] = {}
     counts: dict[str, float] = {"agent_steps": 0}
     clock_inner_s, clock_s = clock_cost_s()
@@ -172,10 +204,13 @@ def stages_for(measured: dict) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="where the host's measured stages go (JSON), when it exits")
+    parser.add_argument("--without", action="append", choices=WITHOUT, default=[],
+                        help="leave this work out of the host's loop, to measure what a design that spares it would "
+                             "save (gather: rows are not copied into the shared-memory slot); repeatable")
     parser.add_argument("actors_args", nargs=argparse.REMAINDER, help="-- then python -m actors's arguments")
     args = parser.parse_args()
     actors_args = args.actors_args[1:] if args.actors_args[:1] == ["--"] else args.actors_args
-    measured = instrument()
+    measured = instrument(tuple(args.without))
 
     def write() -> None:
         with open(args.out, "w") as out:

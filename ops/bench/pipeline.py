@@ -71,7 +71,7 @@ from learner.serve.control import ControlServer
 from learner.serve.host_sizing import HostSizing
 from learner.serve.ingest_counters import host_timing
 from learner.serve.senders import SenderRegistry
-from ops.bench.host_stages import stages_for
+from ops.bench.host_stages import WITHOUT, stages_for
 from ops.bench.pipeline_sink import Sink, accepted_transports
 from ops.benchlib import emit, end_process, run_stoppable
 from policies.factory import make_policy, state_arrays
@@ -361,7 +361,8 @@ def measure_round(record: dict, config: RunConfig, args: argparse.Namespace, rou
     record["load_before_pipeline"] = round(os.getloadavg()[0], 2)
     stages = Path(tempfile.gettempdir()) / f"sluice_host_stages_{os.getpid()}.json"
     host_runner = (["-m", "cProfile", "-o", args.profile_host, "-m", "actors"] if args.profile_host
-                   else ["-m", "ops.bench.host_stages", "--out", str(stages), "--"] if args.host_stages
+                   else ["-m", "ops.bench.host_stages", "--out", str(stages),
+                         *[f"--without={work}" for work in args.host_without], "--"] if args.host_stages
                    else ["-m", "actors"])
     try:
         record.update(measure_pipeline(config, args.workers, args.seconds, host_runner=host_runner,
@@ -420,7 +421,15 @@ def main() -> None:
     parser.add_argument("--host-stages", action="store_true",
                         help="time each stage of the host's loop in thread CPU (ops.bench.host_stages) and add its "
                              "CPU-us per agent step to the record")
+    parser.add_argument("--host-without", action="append", choices=WITHOUT, default=[],
+                        help="with --host-stages: leave this work out of the host's loop, to measure what a design "
+                             "that spares it would save (gather: rows are not copied into the shared-memory slot; the "
+                             "sink reads stale rows); named in the record; repeatable")
     args = parser.parse_args()
+    if args.host_without and not args.host_stages:
+        parser.error("--host-without changes what --host-stages times: add --host-stages")
+    if args.host_without and args.transport != "shm":
+        parser.error("--host-without gather leaves rows out of the shared-memory slot: it needs --transport shm")
     if args.hosts > 1 and (args.profile_host or args.host_stages):
         parser.error("--profile-host and --host-stages time one host process: leave --hosts out")
     if args.profile_host and args.host_stages:
@@ -439,7 +448,7 @@ def main() -> None:
                       "host_processes": args.hosts, "worker_nice": args.worker_nice,
                       "worker_scheduler": args.worker_scheduler, "policy": args.policy,
                       "actor_device": args.actor_device,
-                      "transport": args.transport,
+                      "transport": args.transport, **({"host_without": args.host_without} if args.host_without else {}),
                       "overrides": args.overrides, "rows_per_message": _sizing(config, args.policy).rows,
                       "data_hwm": _sizing(config, args.policy).hwm}
             for round_number in range(1, args.rounds + 1):
