@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from actors.assembler import RowAssembler
-from ops.bench.host_stages import STAGES, gather_without_copy, stages_for
+from ops.bench.host_stages import STAGES, gather_without_copy, stage_without_obs, stages_for
 from tests.test_assembler import small, step_one
 
 
@@ -82,3 +82,18 @@ def test_the_gather_left_out_lays_a_slots_payload_out_without_copying_rows() -> 
     fresh = gather(asm, rows[2:])
     assert bytes(fresh.buffer) == bytes(asm.gather_packed(rows[2:]).buffer)
     assert (slot[asm.packed_bytes(2):] == 0xEE).all()
+
+
+def test_the_observations_left_out_of_the_add_keep_their_poison_and_the_rest_is_recorded() -> None:
+    """``--without add_obs``: the staged steps' table has every field but the observations."""
+    asm = small(horizon=3, num_agents=2, num_rows=8)
+    staged = stage_without_obs(RowAssembler.stage)(asm, 2)
+    assert "obs" not in staged.fields and len(staged.table) == len(staged.fields)
+    staged.arrays["obs"][:2] = 7
+    staged.arrays["rewards"][:2] = [1.5, 2.5]
+    for _ in range(3):
+        asm.add_staged(staged, np.array([0, 1]), 0)
+    rows = asm.pop_full(2)
+    packed = asm.gather_packed(rows)
+    assert np.isnan(packed.arrays["obs"]).all()  # float observations' poison
+    assert packed.arrays["rewards"][:, 1:].tolist() == [[1.5, 1.5], [2.5, 2.5]]

@@ -11,17 +11,22 @@ all of it for the calls timed inside it: the record takes both out (measured on 
 What is left of the clock's error is a few percent of the host's CPU with groups of a few agents (a stage's figure
 that would come out below zero is zero), and well under that with groups of a hundred.
 
-``--without gather`` (``pipeline --host-without gather``) measures a design before it is built: the host lays each
-message's payload out in its shared-memory slot without copying the rows into it (the slot keeps the bytes an earlier
-message left there), which is what a host whose row pool lay in shared memory, and whose messages named rows of it,
-would spare. Each size of message is gathered for real once. The learner, or the sink, then reads stale rows: a
-measurement of the host's CPU, never a run to learn from.
+``--without`` (``pipeline --host-without``) measures a design before it is built, by leaving out the work it would
+spare. The learner, or the sink, then reads stale or poisoned rows: a measurement of the host's CPU, never a run to
+learn from.
+
+* ``gather``: the host lays each message's payload out in its shared-memory slot without copying the rows into it (the
+  slot keeps the bytes an earlier message left there): what a host whose row pool lay in shared memory, and whose
+  messages named rows of it, would spare. Each size of message is gathered for real once.
+* ``add_obs``: the assembler records every field of a step but its observation (the rows keep the poison value):
+  what a scan that wrote the observations straight into the rows, instead of into the staged batch, would spare.
 """
 
 from __future__ import annotations
 
 import argparse
 import atexit
+import dataclasses
 import functools
 import json
 import resource
@@ -30,7 +35,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from actors.assembler import RowAssembler
+from actors.assembler import RowAssembler, StagedSteps
 from actors.cli import main as actors_main
 from actors.host import ActorHost
 from actors.inference import Inference
@@ -74,8 +79,19 @@ STAGES = (
 """The tree of timed stages; a stage's time beyond its children's is its ``.rest``."""
 
 
-WITHOUT = ("gather",)
+WITHOUT = ("gather", "add_obs")
 """The work ``--without`` can leave out (see the module docstring)."""
+
+
+def stage_without_obs(method: Callable) -> Callable:
+    """``RowAssembler.stage`` whose staged steps' kernel table leaves the observations out (the rows keep their
+    poison)."""
+    @functools.wraps(method)
+    def without(self: RowAssembler, capacity: int) -> StagedSteps:
+        staged = method(self, capacity)
+        kept = [k for k, name in enumerate(staged.fields) if name != "obs"]
+        return dataclasses.replace(staged, table=staged.table[kept], fields=tuple(staged.fields[k] for k in kept))
+    return without
 
 
 def gather_without_copy(method: Callable) -> Callable:
@@ -154,6 +170,8 @@ def instrument(without: tuple[str, ...] = ()) -> Callable[[], dict]:
     measured so far."""
     if "gather" in without:
         RowAssembler.gather_packed = gather_without_copy(RowAssembler.gather_packed)
+    if "add_obs" in without:
+        RowAssembler.stage = stage_without_obs(RowAssembler.stage)
     totals: dict[str, list[float]] = {}
     counts: dict[str, float] = {"agent_steps": 0}
     clock_inner_s, clock_s = clock_cost_s()
@@ -206,7 +224,8 @@ def main() -> int:
     parser.add_argument("--out", required=True, help="where the host's measured stages go (JSON), when it exits")
     parser.add_argument("--without", action="append", choices=WITHOUT, default=[],
                         help="leave this work out of the host's loop, to measure what a design that spares it would "
-                             "save (gather: rows are not copied into the shared-memory slot); repeatable")
+                             "save (gather: rows are not copied into the shared-memory slot; add_obs: the assembler "
+                             "does not copy observations into the rows); repeatable")
     parser.add_argument("actors_args", nargs=argparse.REMAINDER, help="-- then python -m actors's arguments")
     args = parser.parse_args()
     actors_args = args.actors_args[1:] if args.actors_args[:1] == ["--"] else args.actors_args

@@ -423,12 +423,13 @@ def main() -> None:
                              "CPU-us per agent step to the record")
     parser.add_argument("--host-without", action="append", choices=WITHOUT, default=[],
                         help="with --host-stages: leave this work out of the host's loop, to measure what a design "
-                             "that spares it would save (gather: rows are not copied into the shared-memory slot; the "
-                             "sink reads stale rows); named in the record; repeatable")
+                             "that spares it would save (gather: rows are not copied into the shared-memory slot; "
+                             "add_obs: the assembler does not copy observations into the rows; the sink reads stale "
+                             "or poisoned rows); named in the record; repeatable")
     args = parser.parse_args()
     if args.host_without and not args.host_stages:
         parser.error("--host-without changes what --host-stages times: add --host-stages")
-    if args.host_without and args.transport != "shm":
+    if "gather" in args.host_without and args.transport != "shm":
         parser.error("--host-without gather leaves rows out of the shared-memory slot: it needs --transport shm")
     if args.hosts > 1 and (args.profile_host or args.host_stages):
         parser.error("--profile-host and --host-stages time one host process: leave --hosts out")
