@@ -25,6 +25,7 @@ keys without breaking older peers.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -173,9 +174,12 @@ class PackedLayout:
     """The payload's length in bytes."""
     specs: list[dict[str, Any]]
     """The header's array descriptors of a message of these arrays."""
-    key: str
-    """The arrays in one string, in message order: ``name:dtype:d0,d1,...`` joined by ``;`` (a ROWS message's
-    ``shared.layout``, protocol/shared_rows.py)."""
+
+    @functools.cached_property
+    def key(self) -> str:
+        """The arrays in one string, in message order: ``name:dtype:d0,d1,...`` joined by ``;`` (a ROWS message's
+        ``shared.layout``, protocol/shared_rows.py); made at its first use (a decoded message's layout never is)."""
+        return ";".join(f"{spec['name']}:{spec['dtype']}:{','.join(map(str, spec['shape']))}" for spec in self.specs)
 
     @classmethod
     def of(cls, layout: Sequence[tuple[str, str, tuple[int, ...]]]) -> "PackedLayout":
@@ -186,9 +190,8 @@ class PackedLayout:
         offsets, total = _packed_offsets(sizes)
         specs = [{"name": name, "dtype": dtype, "shape": list(shape), "nbytes": nbytes}
                  for (name, dtype, shape), nbytes in zip(layout, sizes)]
-        key = ";".join(f"{name}:{dtype}:{','.join(map(str, shape))}" for name, dtype, shape in layout)
         return cls(names=tuple(name for name, _, _ in layout), dtypes=dtypes, shapes=shapes, offsets=tuple(offsets),
-                   total=total, specs=specs, key=key)
+                   total=total, specs=specs)
 
     def allocate(self, into: np.ndarray | None = None) -> PackedArrays:
         """Uninitialised arrays of this layout in one fresh buffer (its padding zeroed): fill them, then pass them to
