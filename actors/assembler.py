@@ -23,11 +23,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from actors.row_kernels import (ALIGN_BYTES, ERR_BAD_AGENT, ERR_DUP_AGENT, ERR_NO_FREE, FREE, FREE_COUNT, FREE_HEAD,
-                                FULL_COUNT, WRITING, add_steps_kernel, gather_kernel, pop_full_kernel,
-                                release_kernel)
+from actors.row_kernels import (ERR_BAD_AGENT, ERR_DUP_AGENT, ERR_NO_FREE, FREE, FREE_COUNT, FREE_HEAD, FULL_COUNT,
+                                WRITING, add_steps_kernel, gather_kernel, pop_full_kernel, release_kernel)
 from protocol.framing import PackedArrays, PackedLayout, dtype_name
 from protocol.rows import ROW_FIELDS, RowField, RowLayout
+
+_ALIGN_BYTES = 64
+"""Each field's place in the pool and in the staged inputs starts on a multiple of this (a cache line: no two
+fields share one, and every dtype's alignment holds)."""
 
 VERSIONS = "versions"
 """The per-row field that ``add``'s ``version`` argument fills (the policy version of a row's first step)."""
@@ -40,11 +43,11 @@ to end); the others are cast as NumPy casts (float placeholders for integer acti
 def _carve(specs: dict[str, tuple[tuple[int, ...], np.dtype, np.generic]]) -> tuple[np.ndarray, dict[str, np.ndarray],
                                                                                    dict[str, int]]:
     """One uint8 block holding an array per ``specs`` entry (name -> shape, dtype, fill value), each at an
-    ``ALIGN_BYTES`` multiple and filled: the block, the arrays (views of it) and each one's byte offset."""
+    ``_ALIGN_BYTES`` multiple and filled: the block, the arrays (views of it) and each one's byte offset."""
     offsets, sizes, total = {}, {}, 0
     for name, (shape, dtype, _) in specs.items():
         offsets[name], sizes[name] = total, int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        total += -(-sizes[name] // ALIGN_BYTES) * ALIGN_BYTES
+        total += -(-sizes[name] // _ALIGN_BYTES) * _ALIGN_BYTES
     block = np.empty(total, dtype=np.uint8)
     arrays = {}
     for name, (shape, dtype, fill) in specs.items():

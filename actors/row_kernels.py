@@ -27,9 +27,6 @@ _PREFETCH_AHEAD = 4
 _PREFETCH_MIN_LINES = 2
 """Values narrower than this many cache lines are copied without prefetching (a scalar's line is one request
 either way)."""
-ALIGN_BYTES = 64
-"""Each field's place in the pool and in the staged inputs starts on a multiple of this (a cache line: no two
-fields share one, and every dtype's alignment holds)."""
 
 
 @numba.njit(cache=True)

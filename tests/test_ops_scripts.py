@@ -16,8 +16,6 @@ REPO = Path(__file__).resolve().parents[1]
 FOLDERS = ("bench", "experiments")
 RUN_ELSEWHERE = {"ops.bench.pufferlib_side"}
 """Modules that run in another virtual environment (PufferLib's, .bench/pufferlib-venv), not importable here."""
-KNOWN_PRIVATE_IMPORTS: set[str] = set()
-"""Private names still imported from another package, until their owner makes them public (none now)."""
 
 
 def scripts(folder: str) -> list[Path]:
@@ -63,8 +61,7 @@ def test_no_private_name_is_imported_from_another_module() -> None:
 
     found = {f"{module_name(path)} imports {name}" for path in ALL_SCRIPTS for _, name in imports(path)
              if any(private(part) for part in name.split("."))}
-    assert not found - KNOWN_PRIVATE_IMPORTS, "make them public, or move them:\n" + \
-        "\n".join(sorted(found - KNOWN_PRIVATE_IMPORTS))
+    assert not found, "make them public, or move them:\n" + "\n".join(sorted(found))
 
 
 @pytest.mark.parametrize("folder", FOLDERS)
